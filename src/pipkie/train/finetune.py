@@ -1,0 +1,127 @@
+"""Entry points: `finetune` (stage 2 KV-SFT, PIP or the AR baseline) and `pretrain` (stage 1).
+
+Both build the model the same way (base + pipkie tokens, optionally LoRA), feed the shared loop
+with instances from `pipkie.train.examples`, and save a directory `load_model` reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from pipkie.data import read_dataset
+from pipkie.document import Document, serialize
+from pipkie.modeling import Settings, add_tokens_to_model, compact_config, load_model
+from pipkie.template import SPECIAL_TOKENS, TemplateBuilder
+from pipkie.train.config import TrainConfig
+from pipkie.train.examples import collate, kv_instance, mask_instance, random_schemas
+from pipkie.train.loop import train
+
+
+def load_documents(cfg: TrainConfig) -> list[Document]:
+    if cfg.split == "test":
+        raise ValueError("refusing to train on a test split")
+    docs = list(read_dataset(cfg.dataset, cfg.data_dir, cfg.split)) if cfg.dataset else []
+    if cfg.synthetic:
+        from pipkie.data.synthetic import generate_receipts
+
+        docs += list(generate_receipts(cfg.synthetic, seed=cfg.seed + 1, render=False))
+    if not docs:
+        raise ValueError("no training documents")
+    return docs
+
+
+def build_model(cfg: TrainConfig, corpus: list[str] | None = None):
+    """(model, tokenizer) ready to train: the base with pipkie's tokens, LoRA-wrapped if lora_r > 0."""
+    if cfg.base == "compact":
+        from transformers import AutoModelForCausalLM
+
+        from pipkie.train.tokenizer import train_tokenizer
+
+        tokenizer = train_tokenizer(corpus or [], vocab_size=cfg.tokenizer_vocab, special=list(SPECIAL_TOKENS))
+        model = AutoModelForCausalLM.from_config(compact_config(len(tokenizer), **cfg.compact))
+        add_tokens_to_model(model, tokenizer)
+    else:
+        model, tokenizer, _ = load_model(cfg.base)
+    model.train()
+    if cfg.lora_r:
+        from peft import LoraConfig, get_peft_model
+
+        new_ids = tokenizer.convert_tokens_to_ids(list(SPECIAL_TOKENS))
+        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear",
+                          trainable_token_indices={"embed_tokens": new_ids})
+        model = get_peft_model(model, lora)
+    return model, tokenizer
+
+
+def _saver(cfg: TrainConfig, model, tokenizer, objective: str):
+    def save(path: Path):
+        path.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(path, **({"save_embedding_layers": False} if cfg.lora_r else {}))
+        tokenizer.save_pretrained(path)
+        Settings(objective=objective, pattern=cfg.pattern if objective == "pip" else "causal",
+                 max_length=cfg.max_length, default_budget=cfg.default_budget, budgets=dict(cfg.budgets),
+                 base=cfg.base if cfg.lora_r else None, keys=list(cfg.keys)).save(path)
+
+    return save
+
+
+def finetune(cfg: TrainConfig) -> dict:
+    """Stage 2: answer templates of real key/values (PIP masks, or the AR baseline's answers)."""
+    if cfg.objective not in ("pip", "ar"):
+        raise ValueError("finetune objective must be 'pip' or 'ar'")
+    docs = load_documents(cfg)
+    texts = [serialize(d) for d in docs]
+    values = [{k: d.value(k) for k in cfg.keys} for d in docs]
+    model, tokenizer = build_model(cfg, corpus=texts)
+    builder = TemplateBuilder(tokenizer, max_length=cfg.max_length, budgets=cfg.budgets,
+                              default_budget=cfg.default_budget)
+    n_blocks = cfg.templates_per_doc if cfg.pattern != "full" else 1  # packing needs a causal prefix
+
+    def make_batch(step: int):
+        rng = random.Random(cfg.seed * 1_000_003 + step)
+        order = _epoch_order(len(docs), cfg.batch_size, step, cfg.seed)
+        insts = []
+        for i in order:
+            schemas = random_schemas(cfg.keys, rng, n_blocks, cfg.key_dropout, cfg.absent_keys)
+            insts.append(kv_instance(builder, texts[i], values[i], schemas, objective=cfg.objective, rng=rng,
+                                     reveal=cfg.reveal))
+        return collate(insts, builder.pad_id, cfg.objective)
+
+    pattern = cfg.pattern if cfg.objective == "pip" else "causal"
+    summary = train(cfg, model, make_batch, save=_saver(cfg, model, tokenizer, cfg.objective), pattern=pattern)
+    summary.update(documents=len(docs), objective=cfg.objective, base=cfg.base)
+    Path(cfg.output_dir, "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def pretrain(cfg: TrainConfig) -> dict:
+    """Stage 1: masked reconstruction of document text (every corpus we have, never a test split)."""
+    docs = load_documents(cfg)
+    texts = [serialize(d) for d in docs]
+    for spec in cfg.extra_text:
+        name, _, path = spec.partition(":")
+        texts += [serialize(d) for d in read_dataset(name, path, "train")]
+    model, tokenizer = build_model(cfg, corpus=texts)
+    builder = TemplateBuilder(tokenizer, max_length=cfg.max_length, budgets=cfg.budgets,
+                              default_budget=cfg.default_budget)
+
+    def make_batch(step: int):
+        rng = random.Random(cfg.seed * 1_000_003 + step)
+        order = _epoch_order(len(texts), cfg.batch_size, step, cfg.seed)
+        insts = [mask_instance(builder, texts[i], rng=rng, ratio=tuple(cfg.mask_ratio)) for i in order]
+        return collate(insts, builder.pad_id, "mask")
+
+    return train(cfg, model, make_batch, save=_saver(cfg, model, tokenizer, "pip"), pattern=cfg.pattern)
+
+
+def _epoch_order(n: int, batch: int, step: int, seed: int) -> list[int]:
+    """Indices of batch `step`: consecutive slices of a fresh permutation per epoch."""
+    out = []
+    for j in range(step * batch, (step + 1) * batch):
+        epoch, i = divmod(j, n)
+        perm = list(range(n))
+        random.Random(seed * 7919 + epoch).shuffle(perm)
+        out.append(perm[i])
+    return out

@@ -1,0 +1,53 @@
+"""Shared fixtures: tiny random models and tokenizers (nothing is downloaded), the shared data."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+WORDS = ("apple berry cedar delta ember frost grove harbor island jade kite lemon maple north ocean pearl quartz "
+         "river stone tiger umber violet willow xenon yarrow zephyr").split()
+
+
+def corpus(n: int = 200, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(12)) + f" {rng.randint(0, 9999)}/{rng.randint(1, 12)}"
+            for _ in range(n)]
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from pipkie.template import SPECIAL_TOKENS
+    from pipkie.train.tokenizer import train_tokenizer
+
+    return train_tokenizer(corpus() + ["company date total address name city code amount unknown : \n"],
+                           vocab_size=400, special=list(SPECIAL_TOKENS))
+
+
+def tiny_model(tokenizer, arch: str = "qwen2", attn: str = "sdpa", seed: int = 0, **kw):
+    from transformers import AutoModelForCausalLM
+
+    from pipkie.modeling import add_tokens_to_model, compact_config
+
+    torch.manual_seed(seed)
+    cfg = compact_config(len(tokenizer), arch, **{**dict(hidden=64, layers=2, heads=4, ffn=128), **kw})
+    cfg._attn_implementation = attn
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
+    add_tokens_to_model(model, tokenizer)
+    return model.eval()
+
+
+@pytest.fixture
+def shared_data():
+    if not (SHARED / "sroie").is_dir():
+        pytest.skip(f"shared data not found at {SHARED}")
+    return SHARED

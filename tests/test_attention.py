@@ -1,0 +1,105 @@
+"""Attention semantics of the named patterns, on tiny random Qwen2 and Llama models."""
+
+import pytest
+import torch
+
+from pipkie.decode import _block_ids, _slot_mask, encode_document, pip_decode_cached, pip_forward
+from pipkie.schema import KeySchema
+from pipkie.template import TemplateBuilder
+from tests.conftest import tiny_model
+
+DOC = "apple berry cedar\ndelta 12/3 ember\nfrost grove 9/1"
+SCHEMA = KeySchema.parse("company,date,total")
+
+
+def _inputs(tokenizer):
+    b = TemplateBuilder(tokenizer, max_length=128, default_budget=4)
+    enc = b.pip(DOC, SCHEMA)
+    ids = torch.tensor([enc.input_ids])
+    return b, enc, ids
+
+
+def _logits_all(model, ids, enc, pattern):
+    keep = torch.ones_like(ids, dtype=torch.bool)
+    return pip_forward(model, ids, torch.ones_like(ids), _block_ids([enc], ids.shape[1]), keep, pattern=pattern)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("pattern", ["full", "prefix_causal"])
+def test_later_mask_changes_earlier_mask(tokenizer, arch, attn, pattern):
+    model = tiny_model(tokenizer, arch, attn)
+    b, enc, ids = _inputs(tokenizer)
+    first, last = enc.fields[0].start, enc.fields[-1].start + enc.fields[-1].length - 1
+    changed = ids.clone()
+    changed[0, last] = tokenizer.convert_tokens_to_ids("Ġapple") if "Ġapple" in tokenizer.get_vocab() else 5
+    a, c = _logits_all(model, ids, enc, pattern), _logits_all(model, changed, enc, pattern)
+    assert (a[first] - c[first]).abs().max() > 1e-4, "an earlier mask must see a later one"
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_causal_control_does_not_see_later_tokens(tokenizer, arch):
+    """The same probe under plain causal attention must show no effect: the probe can fail."""
+    model = tiny_model(tokenizer, arch)
+    b, enc, ids = _inputs(tokenizer)
+    first, last = enc.fields[0].start, enc.fields[-1].start + enc.fields[-1].length - 1
+    changed = ids.clone()
+    changed[0, last] = 5
+    a, c = _logits_all(model, ids, enc, "causal"), _logits_all(model, changed, enc, "causal")
+    assert torch.equal(a[first], c[first])
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_prefix_causal_prefix_never_sees_the_future(tokenizer, arch):
+    model = tiny_model(tokenizer, arch)
+    b, enc, ids = _inputs(tokenizer)
+    base = _logits_all(model, ids, enc, "prefix_causal")
+    for i in (3, enc.prefix_len // 2, enc.prefix_len - 2):
+        changed = ids.clone()
+        changed[0, i + 1:] = torch.randint(5, 300, (ids.shape[1] - i - 1,))
+        out = _logits_all(model, changed, enc, "prefix_causal")
+        assert (out[: i + 1] - base[: i + 1]).abs().max() < 1e-5
+        assert (out[i + 1:] - base[i + 1:]).abs().max() > 1e-4  # and the change did reach later positions
+
+
+def test_full_prefix_does_see_the_future(tokenizer):
+    model = tiny_model(tokenizer)
+    b, enc, ids = _inputs(tokenizer)
+    changed = ids.clone()
+    changed[0, -1] = 5
+    a, c = _logits_all(model, ids, enc, "full"), _logits_all(model, changed, enc, "full")
+    assert (a[2] - c[2]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_cached_document_equals_uncached(tokenizer, arch):
+    """prefix_causal over a reused document cache = one uncached pass, for two key sets."""
+    model = tiny_model(tokenizer, arch)
+    b = TemplateBuilder(tokenizer, max_length=256, default_budget=5)
+    doc = encode_document(model, b, DOC, reserve=64)
+    for keys in ("company,date,total", "address,name"):
+        schema = KeySchema.parse(keys)
+        cached = pip_decode_cached(model, b, doc, schema, return_logits=True)
+        enc = b.pip(DOC, schema)
+        ids = torch.tensor([enc.input_ids])
+        full = pip_forward(model, ids, torch.ones_like(ids), _block_ids([enc], ids.shape[1]),
+                           _slot_mask([enc], ids.shape[1]), pattern="prefix_causal")
+        diff = (cached - full).abs().max().item()
+        print(f"{arch} {keys}: max |cached - uncached| = {diff:.2e}")
+        assert diff < 1e-4
+        assert doc.cache.get_seq_length() == doc.length  # cropped back for the next key set
+
+
+def test_packed_blocks_are_isolated(tokenizer):
+    """Training packs several answer blocks after one document; each must act as if alone."""
+    from pipkie.attention import build_attention_mask
+
+    model = tiny_model(tokenizer)
+    block = torch.tensor([[0, 0, 0, 1, 1, 2, 2]])
+    attn = torch.ones_like(block)
+    m = build_attention_mask(model, "prefix_causal", attn, query_length=7, block_ids=block,
+                             position_ids=torch.tensor([[0, 1, 2, 3, 4, 3, 4]]), isolate_blocks=True)
+    m = m[0, 0] if m.dtype == torch.bool else m[0, 0] == 0
+    assert m[3, 4] and m[4, 3] and m[3, 0]  # bidirectional in block 1, sees the prefix
+    assert not m[5, 3] and not m[5, 4] and m[5, 6] and m[6, 5]  # block 2 blind to block 1
+    assert not m[1, 2]  # prefix stays causal

@@ -1,0 +1,82 @@
+"""Decoding: one forward pass per batch, refinement passes, batching = one by one, AR parsing."""
+
+import pytest
+import torch
+
+from pipkie.ar import ARStats, ar_decode, parse_free_answer
+from pipkie.decode import pip_decode
+from pipkie.schema import KeySchema
+from pipkie.template import TemplateBuilder
+from tests.conftest import tiny_model
+
+DOCS = ["apple berry cedar\ndelta 12/3 ember", "frost grove\nharbor island jade kite 9/1\nlemon maple north",
+        "ocean"]
+SCHEMA = KeySchema.parse("company,date,total")
+
+
+class CountingForward:
+    def __init__(self, model):
+        self.model, self.calls = model, 0
+        self.orig = model.forward
+
+        def counted(*a, **kw):
+            self.calls += 1
+            return self.orig(*a, **kw)
+
+        model.forward = counted
+
+
+@pytest.fixture
+def setup(tokenizer):
+    return tiny_model(tokenizer, "llama"), TemplateBuilder(tokenizer, max_length=128, default_budget=4)
+
+
+@pytest.mark.parametrize("refine", [0, 1, 2])
+def test_pip_forward_count(setup, refine):
+    model, b = setup
+    counter = CountingForward(model)
+    out = pip_decode(model, b, DOCS, [SCHEMA] * 3, refine_steps=refine)
+    assert counter.calls == 1 + refine
+    assert [list(p) for p in out] == [SCHEMA.names] * 3
+
+
+def test_pip_batched_equals_single(setup):
+    model, b = setup
+    schemas = [SCHEMA, KeySchema.parse("total,address"), SCHEMA]
+    batch = pip_decode(model, b, DOCS, schemas)
+    for text, schema, got in zip(DOCS, schemas, batch):
+        alone = pip_decode(model, b, [text], [schema])[0]
+        for k in schema.names:
+            assert got[k].tokens == alone[k].tokens
+            assert got[k].confidence == pytest.approx(alone[k].confidence, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["free", "forced"])
+def test_ar_batched_equals_single(tokenizer, mode):
+    model = tiny_model(tokenizer, "qwen2", seed=3)
+    b = TemplateBuilder(tokenizer, max_length=128, default_budget=4)
+    schemas = [SCHEMA, KeySchema.parse("total,address"), SCHEMA]
+    batch = ar_decode(model, b, DOCS, schemas, mode=mode)
+    for text, schema, got in zip(DOCS, schemas, batch):
+        alone = ar_decode(model, b, [text], [schema], mode=mode)[0]
+        assert {k: v.tokens for k, v in got.items()} == {k: v.tokens for k, v in alone.items()}
+
+
+def test_ar_forced_generates_only_values(setup):
+    """Forced mode: at most budget tokens per value; steps = generated tokens - 1 (one per step)."""
+    model, b = setup
+    stats = ARStats()
+    out = ar_decode(model, b, DOCS[:1], [SCHEMA], mode="forced", stats=stats)[0]
+    assert list(out) == SCHEMA.names
+    assert all(len(f.tokens) <= 4 + 1 for f in out.values())
+    assert stats.generated == stats.steps + 1
+
+
+def test_parse_free_answer(tokenizer):
+    b = TemplateBuilder(tokenizer)
+    ids = (b.header("company") + b.value_ids("apple berry", 8) + [b.end_id] + b.header("total")
+           + b.value_ids(None, 8) + [b.end_id] + b.header("bogus") + b.value_ids("x", 8) + [b.end_id, b.eos_id])
+    out = parse_free_answer(b, ids, [0.5] * len(ids), ["company", "total", "date"])
+    assert out["company"].value == "apple berry" and out["company"].confidence == pytest.approx(0.5)
+    assert out["total"].value is None and out["total"].confidence > 0  # written as `unknown`
+    assert out["date"].value is None and out["date"].confidence == 0  # never written
