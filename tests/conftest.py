@@ -33,16 +33,18 @@ def tokenizer():
                            vocab_size=400, special=list(SPECIAL_TOKENS))
 
 
-def tiny_model(tokenizer, arch: str = "qwen2", attn: str = "sdpa", seed: int = 0, **kw):
+def tiny_model(tokenizer, arch: str = "qwen2", attn: str = "sdpa", seed: int = 0, slot_tokens: int = 0, **kw):
     from transformers import AutoModelForCausalLM
 
     from pipkie.modeling import add_tokens_to_model, compact_config
 
     torch.manual_seed(seed)
+    from pipkie.template import add_special_tokens
+
+    add_special_tokens(tokenizer, slot_tokens)
     cfg = compact_config(len(tokenizer), arch, **{**dict(hidden=64, layers=2, heads=4, ffn=128), **kw})
-    cfg._attn_implementation = attn
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
-    add_tokens_to_model(model, tokenizer)
+    add_tokens_to_model(model, tokenizer, slot_tokens)
     return model.eval()
 
 

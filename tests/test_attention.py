@@ -98,7 +98,7 @@ def test_packed_blocks_are_isolated(tokenizer):
     block = torch.tensor([[0, 0, 0, 1, 1, 2, 2]])
     attn = torch.ones_like(block)
     m = build_attention_mask(model, "prefix_causal", attn, query_length=7, block_ids=block,
-                             position_ids=torch.tensor([[0, 1, 2, 3, 4, 3, 4]]), isolate_blocks=True)
+                             position_ids=torch.tensor([[0, 1, 2, 3, 4, 3, 4]]))
     m = m[0, 0] if m.dtype == torch.bool else m[0, 0] == 0
     assert m[3, 4] and m[4, 3] and m[3, 0]  # bidirectional in block 1, sees the prefix
     assert not m[5, 3] and not m[5, 4] and m[5, 6] and m[6, 5]  # block 2 blind to block 1

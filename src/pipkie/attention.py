@@ -7,8 +7,9 @@ sdpa, additive float for eager, BlockMask for flex). No modeling code is copied 
 
 Patterns (`block_ids`: 0 for the causal prefix, k > 0 for the tokens of template block k):
 - `causal`: the model as pre-trained (AR decoding, document prefill).
-- `prefix_causal`: prefix causal; a template block is bidirectional within itself and sees the
-  whole prefix (through causality). The prefix's keys/values are those of a plain causal pass, so a
+- `prefix_causal`: prefix causal; a template block is bidirectional within itself, sees the whole
+  prefix and no other block (so several blocks, packed after one document in training or one per
+  field, each act as if alone). The prefix's keys/values are those of a plain causal pass, so a
   document's KV cache can be reused for any number of key sets.
 - `full`: every token attends to every (non-padding) token, as in the reference work.
 """
@@ -62,13 +63,11 @@ def build_attention_mask(
     block_ids: torch.Tensor | None = None,
     cache=None,
     position_ids: torch.Tensor | None = None,
-    isolate_blocks: bool = False,
 ):
     """The 4D mask (or backend equivalent) for `model` and a batch of `query_length` new tokens.
 
     attention_mask: (batch, cache length + query_length) 1 for real tokens, 0 for padding.
     block_ids: (batch, cache length + query_length), see the module docstring.
-    isolate_blocks: template blocks do not see each other (several packed after one document).
     """
     extra = extra_pattern(pattern, block_ids)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -80,6 +79,6 @@ def build_attention_mask(
         cache=cache,
         position_ids=position_ids,
         or_mask_function=extra,
-        and_mask_function=isolated_template_blocks(block_ids) if isolate_blocks else None,
+        and_mask_function=isolated_template_blocks(block_ids) if pattern == "prefix_causal" else None,
         allow_is_causal_skip=False,
     )

@@ -77,10 +77,10 @@ def pip_forward(model, ids, attn, block_ids, keep, *, pattern: str, cache=None, 
 
 
 def _block_ids(encs: list[Encoded], width: int) -> torch.Tensor:
-    """0 over padding and prefix, 1 over each row's template block (right-aligned like the ids)."""
+    """0 over padding and prefix, the template's block ids after it (right-aligned like the ids)."""
     block = torch.zeros((len(encs), width), dtype=torch.long)
     for i, e in enumerate(encs):
-        block[i, width - (len(e.input_ids) - e.prefix_len):] = 1
+        block[i, width - len(e.blocks):] = torch.tensor(e.blocks)
     return block
 
 
@@ -116,7 +116,7 @@ def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[
         if not remask.any():
             break
         step_ids = ids.clone()
-        step_ids[keep] = torch.where(remask, torch.full_like(toks, builder.mask_id), toks)
+        step_ids[keep] = torch.where(remask, ids[keep], toks)  # re-masked slots get their mask input back
         new_conf, new_toks = pip_forward(model, step_ids, attn, block, keep, pattern=pattern).softmax(-1).max(-1)
         conf = torch.where(remask, new_conf, conf)
         toks = torch.where(remask, new_toks, toks)
@@ -161,8 +161,8 @@ def pip_decode_cached(model, builder: TemplateBuilder, doc: DocumentCache, schem
     is cropped back to the document afterwards, so it can serve the next key set."""
     if builder.template_length(schema) + doc.length > builder.max_length:
         raise ValueError("the template does not fit after the cached document (encode it with a larger reserve)")
-    ids, slots, _ = builder.pip_block(schema, offset=doc.length)
-    enc = Encoded([0] * doc.length + ids, prefix_len=doc.length, fields=slots)
+    ids, slots, _, blocks = builder.pip_block(schema, offset=doc.length)
+    enc = Encoded([0] * doc.length + ids, prefix_len=doc.length, fields=slots, blocks=blocks)
     x = torch.tensor([ids])
     attn = torch.ones((1, doc.length + len(ids)), dtype=torch.long)
     block = _block_ids([enc], attn.shape[1])

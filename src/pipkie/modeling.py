@@ -35,6 +35,8 @@ class Settings:
     max_length: int = 1024  # context used for document + template
     default_budget: int = 16  # mask slots for a key with no budget of its own
     budgets: dict[str, int] = field(default_factory=dict)  # per-key mask budgets (from length stats)
+    slot_tokens: int = 0  # distinct slot tokens <|pip_slot_j|> (0: one shared <|pip_mask|>)
+    field_blocks: bool = False  # each field its own attention block (pipkie.template)
     base: str | None = None  # base model of a LoRA adapter ("smollm2" or a path)
     keys: list[str] = field(default_factory=list)  # keys the model was fine-tuned on (the default)
 
@@ -82,15 +84,20 @@ def compact_config(vocab_size: int, arch: str = "qwen2", *, hidden: int = 384, l
     return AutoConfig.for_model(arch, **kw)
 
 
-def add_tokens_to_model(model, tokenizer) -> None:
-    """Resize the embeddings to the tokenizer; new rows start at the mean embedding (stable logits)."""
-    add_special_tokens(tokenizer)
+def add_tokens_to_model(model, tokenizer, slot_tokens: int = 0, seed: int = 0) -> None:
+    """Resize the embeddings to the tokenizer. New rows are drawn around the mean embedding with the
+    embeddings' per-dimension spread: typical logits from the start, and distinct rows (slot tokens
+    that all started at the mean would be indistinguishable, and learn to differ only slowly)."""
+    add_special_tokens(tokenizer, slot_tokens)
     old = model.get_input_embeddings().weight.shape[0]
     if len(tokenizer) > old:
         model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
         with torch.no_grad():
             emb = model.get_input_embeddings().weight
-            emb[old:] = emb[:old].mean(0, keepdim=True)
+            known = emb[:old].float()
+            g = torch.Generator().manual_seed(seed)
+            noise = torch.randn(emb.shape[0] - old, emb.shape[1], generator=g)
+            emb[old:] = (known.mean(0) + noise * known.std(0)).to(emb.dtype)
     for name in ("pad_token_id", "eos_token_id"):
         setattr(model.config, name, getattr(tokenizer, name))
 
@@ -105,19 +112,20 @@ def load_model(path: str | Path, *, dtype=torch.float32):
         base_dir = resolve_base(settings.base or json.loads(Path(path, "adapter_config.json").read_text())["base_model_name_or_path"])
         tokenizer = AutoTokenizer.from_pretrained(path)
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
-        add_tokens_to_model(base, tokenizer)
+        add_tokens_to_model(base, tokenizer, settings.slot_tokens)
         model = PeftModel.from_pretrained(base, path).merge_and_unload()
     else:
         path = resolve_base(path)
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        add_tokens_to_model(model, tokenizer)
+        add_tokens_to_model(model, tokenizer, settings.slot_tokens)
     model.eval()
     return model, tokenizer, settings
 
 
 def builder_for(tokenizer, settings: Settings, **overrides) -> TemplateBuilder:
-    kw = dict(max_length=settings.max_length, budgets=settings.budgets, default_budget=settings.default_budget)
+    kw = dict(max_length=settings.max_length, budgets=settings.budgets, default_budget=settings.default_budget,
+              slot_tokens=settings.slot_tokens, field_blocks=settings.field_blocks)
     kw.update(overrides)
     return TemplateBuilder(tokenizer, **kw)
 

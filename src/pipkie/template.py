@@ -13,6 +13,13 @@ Token layout (every piece tokenized on its own, so no BPE merge crosses a bounda
   `<|pip_answer|>`; *forced-template* decoding inserts the `"\\n" key ":"` headers itself and generates
   only value tokens up to `<|pip_end|>`.
 
+Two options make the one-pass problem easier for small models (both saved with the model):
+- `slot_tokens=n`: slot j holds `<|pip_slot_j|>` (j < n) instead of the shared `<|pip_mask|>`, so a slot
+  knows its index without counting positions;
+- `field_blocks=True`: each `"\n" key ":" slots` run is a block of its own under `prefix_causal`
+  attention: a field's slots see the document and their own key only, so a field's answer never
+  depends on which other keys were asked for.
+
 Values longer than a key's budget are cut to the budget in both paradigms, so PIP and AR learn
 and produce the same answers. A document that does not fit in `max_length` (with the template and,
 for AR, the value budgets) is truncated with a warning or refused, by option; the template is
@@ -54,13 +61,19 @@ class Encoded:
     # token at a mask slot; AR: the next token.
     targets: list[int] | None = None
     truncated: int = 0  # document tokens cut to fit
+    blocks: list[int] | None = None  # block id of each template token (1, or 1 + field index)
 
 
-def add_special_tokens(tokenizer) -> None:
+def slot_token(j: int) -> str:
+    return f"<|pip_slot_{j}|>"
+
+
+def add_special_tokens(tokenizer, slot_tokens: int = 0) -> None:
     """Add pipkie's special tokens (and an eos/pad if the tokenizer has none); idempotent."""
     from tokenizers import AddedToken
 
-    missing = [t for t in SPECIAL_TOKENS if t not in tokenizer.get_vocab()]
+    wanted = list(SPECIAL_TOKENS) + [slot_token(j) for j in range(slot_tokens)]
+    missing = [t for t in wanted if t not in tokenizer.get_vocab()]
     if missing:
         tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in missing], special_tokens=True)
     if tokenizer.eos_token is None:
@@ -81,11 +94,14 @@ class TemplateBuilder:
         default_budget: int = 16,
         on_overflow: str = "truncate",  # or "error"
         instruction: str = INSTRUCTION,
+        slot_tokens: int = 0,
+        field_blocks: bool = False,
     ):
         if on_overflow not in ("truncate", "error"):
             raise ValueError("on_overflow must be 'truncate' or 'error'")
-        add_special_tokens(tokenizer)
+        add_special_tokens(tokenizer, slot_tokens)
         self.tok = tokenizer
+        self.field_blocks = field_blocks
         self.max_length = max_length
         self.budgets = dict(budgets or {})
         self.default_budget = default_budget
@@ -93,6 +109,8 @@ class TemplateBuilder:
         self.mask_id, self.end_id, self.answer_id = (tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS)
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id
+        self.slot_ids = tokenizer.convert_tokens_to_ids([slot_token(j) for j in range(slot_tokens)])
+        self.input_specials = {self.mask_id, *self.slot_ids}
         self.instruction_ids = self._ids(instruction)
         self._headers: dict[str, list[int]] = {}
 
@@ -117,7 +135,7 @@ class TemplateBuilder:
         for i in ids:
             if i in (self.end_id, self.eos_id):
                 break
-            if i not in (self.mask_id, self.answer_id, self.pad_id):
+            if i not in self.input_specials and i not in (self.answer_id, self.pad_id):
                 kept.append(i)
         text = self.tok.decode(kept, skip_special_tokens=True).strip()
         return None if not text or text == UNKNOWN else text
@@ -147,23 +165,27 @@ class TemplateBuilder:
     def pip(self, text: str, schema: KeySchema, values: Mapping[str, str | None] | None = None) -> Encoded:
         ids, cut = self.prefix(text, self.template_length(schema))
         enc = Encoded(ids, prefix_len=len(ids), truncated=cut)
-        enc.input_ids, enc.fields, enc.targets = self.pip_block(schema, values, offset=len(ids), prefix=ids)
+        block_ids, enc.fields, targets, enc.blocks = self.pip_block(schema, values, offset=len(ids))
+        enc.input_ids = ids + block_ids
+        enc.targets = [IGNORE] * len(ids) + targets if values is not None else None
         return enc
 
-    def pip_block(self, schema: KeySchema, values=None, offset: int = 0, prefix: list[int] | None = None):
-        """The template block alone (for a cached prefix of length `offset`): ids, slots, targets."""
-        ids = list(prefix or [])
-        targets = [IGNORE] * len(ids) if values is not None else None
-        slots = []
-        for k in schema:
+    def slot_input(self, j: int) -> int:
+        """The input token of value slot j: its own slot token, or the shared mask."""
+        return self.slot_ids[min(j, len(self.slot_ids) - 1)] if self.slot_ids else self.mask_id
+
+    def pip_block(self, schema: KeySchema, values=None, offset: int = 0):
+        """The template alone, to follow a prefix of length `offset`: ids, slots, targets, block ids."""
+        ids, targets, blocks, slots = [], [], [], []
+        for i, k in enumerate(schema):
             h, b = self.header(k.name), self.budget(k)
-            ids += h
-            slots.append(FieldSlots(k.name, offset + len(ids) - len(prefix or []), b))
-            ids += [self.mask_id] * b
-            if targets is not None:
+            slots.append(FieldSlots(k.name, offset + len(ids) + len(h), b))
+            ids += h + [self.slot_input(j) for j in range(b)]
+            blocks += [1 + i if self.field_blocks else 1] * (len(h) + b)
+            if values is not None:
                 v = self.value_ids(values.get(k.name), b)
                 targets += [IGNORE] * len(h) + v + [self.end_id] * (b - len(v))
-        return ids, slots, targets
+        return ids, slots, targets, blocks
 
     # -- AR --------------------------------------------------------------------------------
     def ar_reserved(self, schema: KeySchema) -> int:

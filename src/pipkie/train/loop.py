@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
 from tqdm.auto import tqdm
-from transformers import get_cosine_schedule_with_warmup
+from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
 from pipkie.attention import build_attention_mask
 from pipkie.train.config import TrainConfig
@@ -38,10 +38,8 @@ def trainable_state(model) -> dict[str, torch.Tensor]:
 
 def loss_on_batch(model, batch: dict, pattern: str) -> torch.Tensor:
     """Cross-entropy at the `keep` positions only (logits are computed nowhere else)."""
-    isolate = bool((batch["block_ids"].max(-1).values > 1).any())
     mask = build_attention_mask(model, pattern, batch["attention_mask"], query_length=batch["input_ids"].shape[1],
-                                block_ids=batch["block_ids"], position_ids=batch["position_ids"],
-                                isolate_blocks=isolate)
+                                block_ids=batch["block_ids"], position_ids=batch["position_ids"])
     out = model(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"],
                 logits_to_keep=batch["keep"], use_cache=False)
     logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
@@ -58,7 +56,12 @@ def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: C
     accel = Accelerator(mixed_precision="bf16" if cfg.bf16 else "no", cpu=not torch.cuda.is_available())
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = get_cosine_schedule_with_warmup(opt, cfg.warmup, cfg.steps)
+    if cfg.schedule == "cosine":
+        sched = get_cosine_schedule_with_warmup(opt, cfg.warmup, cfg.steps)
+    elif cfg.schedule == "constant":
+        sched = get_constant_schedule_with_warmup(opt, cfg.warmup)
+    else:
+        raise ValueError(f"unknown schedule {cfg.schedule!r} (cosine or constant)")
     model, opt = accel.prepare(model, opt)
     start, elapsed = 0, 0.0
     ckpt = out_dir / CKPT
