@@ -35,6 +35,7 @@ class _Row:
     results: dict = field(default_factory=dict)
     n_generated: int = 0
     done: bool = False
+    fixed_length: bool = False
 
 
 @dataclass
@@ -45,7 +46,9 @@ class ARStats:
 
 @torch.inference_mode()
 def ar_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[KeySchema], *,
-              mode: str = "forced", stats: ARStats | None = None) -> list[Prediction]:
+              mode: str = "forced", stats: ARStats | None = None, fixed_length: bool = False) -> list[Prediction]:
+    """Greedy AR decoding. `fixed_length` (forced mode, benchmarks only) ignores `<|pip_end|>` and
+    generates every key's full budget, to time AR on values of a chosen length."""
     if mode not in ("free", "forced"):
         raise ValueError("mode must be 'free' or 'forced'")
     free = mode == "free"
@@ -54,7 +57,7 @@ def ar_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[K
         enc = builder.ar_prompt(text, schema)
         keys = list(schema)
         budgets = [builder.budget(k) for k in keys]
-        rows.append(_Row(keys, budgets, free, limit=builder.ar_reserved(schema)))
+        rows.append(_Row(keys, budgets, free, limit=builder.ar_reserved(schema), fixed_length=fixed_length))
         chunks.append(enc.input_ids + ([] if free else builder.header(keys[0].name)))
     ids, attn = left_pad(chunks, builder.pad_id)
     cache = DynamicCache(config=model.config)
@@ -91,10 +94,10 @@ def _advance(builder: TemplateBuilder, r: _Row, tok: int, prob: float) -> list[i
             r.done = True
             return []
         return [tok]
-    if tok != builder.end_id and len(r.toks) < r.budgets[r.field_idx]:
+    if (tok != builder.end_id or r.fixed_length) and len(r.toks) < r.budgets[r.field_idx]:
         return [tok]
     # The value is closed: by the model (end token) or by its budget (we feed the end token).
-    fed = [builder.end_id] if tok == builder.end_id else [tok, builder.end_id]
+    fed = [builder.end_id] if tok == builder.end_id and not r.fixed_length else [tok, builder.end_id]
     key = r.keys[r.field_idx].name
     r.results[key] = _field_result(builder, r.toks, r.probs)
     r.field_idx += 1

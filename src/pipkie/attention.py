@@ -6,7 +6,8 @@ mask, then materialises the mask in the format the model's attention backend wan
 sdpa, additive float for eager, BlockMask for flex). No modeling code is copied or patched.
 
 Patterns (`block_ids`: 0 for the causal prefix, k > 0 for the tokens of template block k):
-- `causal`: the model as pre-trained (AR decoding, document prefill).
+- `causal`: the model as pre-trained (AR decoding, document prefill); with block ids (AR training,
+  several answers packed after one document) each block is causal and blind to the other blocks.
 - `prefix_causal`: prefix causal; a template block is bidirectional within itself, sees the whole
   prefix and no other block (so several blocks, packed after one document in training or one per
   field, each act as if alone). The prefix's keys/values are those of a plain causal pass, so a
@@ -79,6 +80,6 @@ def build_attention_mask(
         cache=cache,
         position_ids=position_ids,
         or_mask_function=extra,
-        and_mask_function=isolated_template_blocks(block_ids) if pattern == "prefix_causal" else None,
+        and_mask_function=isolated_template_blocks(block_ids) if block_ids is not None and pattern != "full" else None,
         allow_is_causal_skip=False,
     )

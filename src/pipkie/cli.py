@@ -110,6 +110,264 @@ def evaluate(
     typer.echo(format_table(result))
 
 
+@app.command()
+def bench(
+    dataset: str = typer.Option("sroie"),
+    data_dir: str = typer.Option(..., help="the dataset's directory"),
+    split: str = typer.Option("test"),
+    model: Optional[str] = typer.Option(None, help="model directory (default: the shipped model)"),
+    batch: str = typer.Option("1,8", help="batch sizes, comma-separated"),
+    limit: int = typer.Option(32, help="documents timed per batch size"),
+    threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
+    methods: str = typer.Option(",".join(("pip", "pip-refine1", "pip-refine2", "ar-forced", "ar-free"))),
+    sweeps: bool = typer.Option(True, help="speed-up sweeps over number of keys and value length"),
+    json_path: Optional[Path] = typer.Option(None, "--json"),
+    plot: Optional[Path] = typer.Option(None, help="directory for PNG plots and a markdown table"),
+):
+    """Time PIP against AR (free and forced) side by side, with the single-prefill floor."""
+    from pipkie.bench import bench as run, markdown_table
+    from pipkie.modeling import default_model_path
+
+    n = _threads(threads)
+    typer.echo(f"threads: torch={n} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    result = run(model_path=model or default_model_path(), dataset=dataset, data_dir=data_dir, split=split,
+                 batch_sizes=[int(b) for b in batch.split(",")], limit=limit, threads=n,
+                 methods=tuple(methods.split(",")), sweeps=sweeps, json_path=str(json_path) if json_path else None,
+                 plot_dir=str(plot) if plot else None, log=typer.echo)
+    typer.echo(markdown_table(result))
+
+
+# ---- extraction for users: extract, explain, serve ------------------------------------------------
+def _quiet_transformers() -> None:
+    """No weight-loading progress bars or info logs on stderr (it carries our progress and errors)."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - only cosmetic
+        pass
+
+
+def _err(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+
+
+def _load_extractor(model: Optional[str], threads: int, ocr: str):
+    from pipkie.extract import Extractor
+    from pipkie.modeling import default_model_path
+
+    _quiet_transformers()
+    try:
+        path = model or default_model_path()  # --model, else $PIPKIE_MODEL, else models/pipkie-sroie
+        if path != "smollm2" and not Path(path).exists():  # never wait on a hub look-up for a typo
+            raise FileNotFoundError(f"model not found: {path} (give a pipkie model directory with --model or $PIPKIE_MODEL)")
+        return Extractor.from_pretrained(path, threads=threads, ocr=ocr)
+    except FileNotFoundError as e:
+        _err(str(e))
+    except (OSError, ValueError, RuntimeError) as e:
+        _err(f"cannot load the model {model or ''}: {e}".replace("  ", " ").replace("\n", " "))
+    raise typer.Exit(2)
+
+
+def _key_schema(keys: Optional[str], schema: Optional[Path]):
+    from pipkie.schema import KeySchema, SchemaError
+
+    if keys and schema:
+        raise typer.BadParameter("give --keys or --schema, not both")
+    try:
+        if schema:
+            if not schema.is_file():
+                raise typer.BadParameter(f"{schema}: no such file", param_hint="--schema")
+            return KeySchema.parse(schema)
+        return KeySchema.parse(keys) if keys else None
+    except SchemaError as e:
+        raise typer.BadParameter(str(e), param_hint="--schema" if schema else "--keys") from None
+
+
+def _draw_paths(draw: Path, files: list[Path]) -> list[Path]:
+    """OUT.png for one file; OUT.<file stem>.png for several (OUT.<i>.<stem>.png if stems repeat)."""
+    if len(files) == 1:
+        return [draw]
+    stems = [f.stem for f in files]
+    return [draw.with_name(f"{draw.stem}.{i}.{s}{draw.suffix}" if stems.count(s) > 1 else f"{draw.stem}.{s}{draw.suffix}")
+            for i, s in enumerate(stems)]
+
+
+def _draw_extraction(result, doc, source: Path, out: Path) -> Path:
+    from collections import Counter
+
+    from pipkie.document import Word
+    from pipkie.explain import page_image
+    from pipkie.grounding import draw
+
+    fields = {}
+    for key, f in result.fields.items():
+        if f.value is None:
+            continue
+        words = [Word(b.text, tuple(round(v * 1000) for v in (b.x0, b.y0, b.x1, b.y1)), b.page) for b in f.boxes]
+        fields[key] = (f.value, words)
+    pages = Counter(w.page for _, words in fields.values() for w in words)
+    page = pages.most_common(1)[0][0] if pages else 0
+    return draw(doc, fields, page_image(doc, page, source), out, page=page)
+
+
+@app.command()
+def extract(
+    files: list[Path] = typer.Argument(..., help="documents: images, PDFs, JSON words, SROIE box files or text"),
+    keys: Optional[str] = typer.Option(None, help="comma-separated keys, e.g. company,date,address,total (default: the model's keys)"),
+    schema: Optional[Path] = typer.Option(None, help="a flat JSON-schema file (instead of --keys)"),
+    model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped models/pipkie-sroie)"),
+    decode: str = typer.Option("pip", help="pip | ar | ar-forced"),
+    refine_steps: int = typer.Option(0, help="PIP Mask-Predict refinement passes"),
+    pretty: bool = typer.Option(False, "--json", help="pretty-print each result as indented JSON (default: one compact JSON object per line, i.e. JSON lines)"),
+    draw: Optional[Path] = typer.Option(None, help="draw the boxes and values on the page image and save it here (several files: OUT.<file stem>.png)"),
+    threads: Optional[int] = typer.Option(None, help="torch/OCR threads (default $PIPKIE_THREADS or 1)"),
+    ocr: str = typer.Option("rapidocr", help="OCR engine for images and scanned PDFs: rapidocr | tesseract"),
+    batch_size: int = typer.Option(8, min=1, help="documents decoded together (one forward pass for PIP)"),
+    max_pages: int = typer.Option(20, min=1, help="refuse documents with more pages"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr (on a terminal, for 2+ files)"),
+):
+    """Extract key fields from documents: one JSON object per file on stdout (JSON lines).
+
+    Each object is Extraction.to_dict(), the same JSON as the service's POST /extract.
+
+    Per field: value, confidence, boxes (page, x0 y0 x1 y1 relative to the page, text), grounding.
+
+    A file that cannot be read gives a one-line error on stderr; the others are still processed, exit code 1.
+    """
+    import sys
+    import warnings
+
+    from tqdm import tqdm
+
+    from pipkie.extract import DECODES
+    from pipkie.loaders import DocumentError
+    from pipkie.ocr import OCREngineError
+
+    if decode not in DECODES:
+        raise typer.BadParameter(f"must be one of {', '.join(DECODES)}", param_hint="--decode")
+    ks = _key_schema(keys, schema)
+    n = _threads(threads)
+    ex = _load_extractor(model, n, ocr)
+    if ks is None and not ex.settings.keys:
+        raise typer.BadParameter("this model has no default keys: give --keys or --schema")
+    outs = _draw_paths(draw, files) if draw else [None] * len(files)
+    failures = 0
+    bar = tqdm(total=len(files), unit="file", file=sys.stderr, disable=not progress or len(files) < 2 or None)
+    for start in range(0, len(files), batch_size):
+        chunk = list(enumerate(files))[start: start + batch_size]
+        loaded = []  # (index, path, doc)
+        for i, path in chunk:
+            try:
+                loaded.append((i, path, ex.load(path, max_pages=max_pages)))
+            except (DocumentError, OCREngineError) as e:
+                failures += 1
+                _err(str(e).replace("\n", " "))
+                bar.update(1)
+        if not loaded:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # truncation: reported per file below
+            try:
+                results = ex.extract_many([d for _, _, d in loaded], schema=ks, decode=decode,
+                                          refine_steps=refine_steps, batch_size=len(loaded))
+            except Exception:  # find the file that fails: each one alone
+                results = []
+                for _, path, d in loaded:
+                    try:
+                        results.append(ex.extract_many([d], schema=ks, decode=decode, refine_steps=refine_steps)[0])
+                    except Exception as e:
+                        results.append(e)
+        for (i, path, doc), result in zip(loaded, results):
+            bar.update(1)
+            if isinstance(result, Exception):
+                failures += 1
+                _err(f"{path}: extraction failed ({type(result).__name__}: {result})".replace("\n", " "))
+                continue
+            typer.echo(result.to_json(indent=2) if pretty else result.to_json())
+            if result.truncated:
+                typer.echo(f"note: {path}: document truncated to fit the model's context", err=True)
+            if outs[i] is not None:
+                try:
+                    _draw_extraction(result, doc, path, outs[i])
+                except Exception as e:
+                    failures += 1
+                    _err(f"{path}: cannot draw {outs[i]} ({type(e).__name__}: {e})")
+    bar.close()
+    if failures:
+        typer.echo(f"{failures} of {len(files)} file(s) failed", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def explain(
+    file: Path = typer.Argument(..., help="the document (image, PDF, JSON words, box file or text)"),
+    key: str = typer.Option(..., help="the field to explain, e.g. total"),
+    keys: Optional[str] = typer.Option(None, help="the keys it is decoded among (default: the model's keys)"),
+    model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped model)"),
+    out: Optional[Path] = typer.Option(None, help="heat map PNG (default: <file stem>.<key>.heat.png)"),
+    page: Optional[int] = typer.Option(None, help="page to draw, from 0 (default: the one with most attention)"),
+    top: int = typer.Option(10, help="words listed"),
+    pretty: bool = typer.Option(False, "--json", help="print the top words as JSON"),
+    threads: Optional[int] = typer.Option(None),
+    ocr: str = typer.Option("rapidocr", help="rapidocr | tesseract"),
+):
+    """Heat map of the document words a field's mask slots attend to (layers, heads, slots averaged)."""
+    from pipkie.explain import draw_heatmap, explain as run
+    from pipkie.loaders import DocumentError
+    from pipkie.ocr import OCREngineError
+
+    n = _threads(threads)
+    ks = _key_schema(keys, None)
+    ex = _load_extractor(model, n, ocr)
+    try:
+        doc = ex.load(file)
+        e = run(ex, doc, key, keys=ks)
+    except (DocumentError, OCREngineError, ValueError) as err:
+        _err(str(err))
+        raise typer.Exit(1)
+    out = out or Path(f"{file.stem}.{key}.heat.png")
+    draw_heatmap(e, file, out, doc=doc, page=page)
+    if pretty:
+        typer.echo(json.dumps({**e.to_dict(top=top), "heatmap": str(out)}, ensure_ascii=False, indent=2))
+        return
+    typer.echo(f"{key} = {e.value!r} (confidence {e.confidence:.2f}); {e.document_share:.0%} of its "
+               f"{e.slots} slots' attention on the document" + (f"; {e.truncated} tokens truncated" if e.truncated else ""))
+    for w, x in e.top(top):
+        typer.echo(f"  {x:6.3f}  p{w.page} {w.text}")
+    typer.echo(f"heat map: {out}")
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(8000),
+    model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped model)"),
+    threads: Optional[int] = typer.Option(None, help="torch/OCR threads (default $PIPKIE_THREADS or 1)"),
+    ocr: str = typer.Option("rapidocr", help="rapidocr | tesseract"),
+    max_batch: int = typer.Option(8, min=1, help="most requests decoded together"),
+    max_wait_ms: float = typer.Option(10.0, min=0, help="how long the first queued request waits for others"),
+    max_upload_mb: float = typer.Option(10.0, min=0.001),
+    max_pages: int = typer.Option(10, min=1),
+    max_keys: int = typer.Option(32, min=1),
+    timeout: float = typer.Option(60.0, min=0.1, help="request timeout in seconds (504 after it)"),
+    load_workers: int = typer.Option(2, min=1, help="threads loading/OCR-ing documents"),
+):
+    """Serve POST /extract (multipart upload or JSON words/text) and GET /health; docs at /docs."""
+    import uvicorn
+
+    from pipkie.serve import create_app
+
+    n = _threads(threads)
+    ex = _load_extractor(model, n, ocr)
+    app_ = create_app(ex, max_batch=max_batch, max_wait_ms=max_wait_ms, max_upload_mb=max_upload_mb,
+                      max_pages=max_pages, max_keys=max_keys, request_timeout_s=timeout, threads=n, ocr=ocr,
+                      load_workers=load_workers)
+    typer.echo(f"pipkie: serving {ex.name} on http://{host}:{port} (docs: /docs)", err=True)
+    uvicorn.run(app_, host=host, port=port, log_level="warning")
+
+
 def main():
     app()
 

@@ -8,10 +8,12 @@ Token layout (every piece tokenized on its own, so no BPE merge crosses a bounda
 - PIP (parallel):  each value `v v v …` is K = budget(key) `<|pip_mask|>` slots. The targets are the
   value's tokens (tokenized as " " + value) followed by `<|pip_end|>` in every surplus slot; an
   absent key's value is the literal `unknown`. All slots are predicted in one forward pass.
-- AR (autoregressive): the same layout with the value tokens written out, each value closed by
-  `<|pip_end|>`, the answer closed by the tokenizer's eos. *Free* decoding generates everything after
-  `<|pip_answer|>`; *forced-template* decoding inserts the `"\\n" key ":"` headers itself and generates
-  only value tokens up to `<|pip_end|>`.
+- AR (autoregressive): the prompt names the requested keys (`"\\nkeys: company, date"`, so a model
+  writing freely knows what to write) before `<|pip_answer|>`; the answer has the same layout with
+  the value tokens written out, each value closed by `<|pip_end|>`, the answer closed by the
+  tokenizer's eos. *Free* decoding generates everything after `<|pip_answer|>`; *forced-template*
+  decoding inserts the `"\\n" key ":"` headers itself and generates only value tokens up to
+  `<|pip_end|>`.
 
 Two options make the one-pass problem easier for small models (both saved with the model):
 - `slot_tokens=n`: slot j holds `<|pip_slot_j|>` (j < n) instead of the shared `<|pip_mask|>`, so a slot
@@ -140,8 +142,12 @@ class TemplateBuilder:
         text = self.tok.decode(kept, skip_special_tokens=True).strip()
         return None if not text or text == UNKNOWN else text
 
-    def prefix(self, text: str, reserved: int) -> tuple[list[int], int]:
-        """instruction + document + <|pip_answer|>, the document cut so that `reserved` more tokens fit."""
+    def key_list(self, schema: KeySchema) -> list[int]:
+        """The AR prompt's list of requested keys (PIP's template names them already)."""
+        return self._ids("\nkeys: " + ", ".join(schema.names))
+
+    def prefix(self, text: str, reserved: int, answer: bool = True) -> tuple[list[int], int]:
+        """instruction + document (+ <|pip_answer|>), the document cut so that `reserved` more tokens fit."""
         doc = self._ids(text)
         room = self.max_length - reserved - len(self.instruction_ids) - 1
         if room < 1:
@@ -156,7 +162,7 @@ class TemplateBuilder:
                 raise DocumentTooLong(msg)
             warnings.warn(msg + f": the last {cut} tokens are dropped", stacklevel=3)
             doc = doc[:room]
-        return self.instruction_ids + doc + [self.answer_id], cut
+        return self.instruction_ids + doc + ([self.answer_id] if answer else []), cut
 
     # -- PIP -------------------------------------------------------------------------------
     def template_length(self, schema: KeySchema) -> int:
@@ -189,20 +195,26 @@ class TemplateBuilder:
 
     # -- AR --------------------------------------------------------------------------------
     def ar_reserved(self, schema: KeySchema) -> int:
-        """Tokens an AR answer may take: headers + budgets + one end token per field + eos."""
-        return sum(len(self.header(k.name)) + self.budget(k) + 1 for k in schema) + 1
+        """Tokens after the document: key list, <|pip_answer|>, headers + budgets + one end token per
+        field, eos."""
+        return len(self.key_list(schema)) + 1 + sum(len(self.header(k.name)) + self.budget(k) + 1 for k in schema) + 1
+
+    def ar_answer(self, schema: KeySchema, values: Mapping[str, str | None]) -> list[int]:
+        """The answer an AR model writes after <|pip_answer|> (its training target)."""
+        ids = []
+        for k in schema:
+            ids += self.header(k.name) + self.value_ids(values.get(k.name), self.budget(k)) + [self.end_id]
+        return ids + [self.eos_id]
 
     def ar_prompt(self, text: str, schema: KeySchema) -> Encoded:
-        ids, cut = self.prefix(text, self.ar_reserved(schema))
+        ids, cut = self.prefix(text, self.ar_reserved(schema), answer=False)
+        ids = ids + self.key_list(schema) + [self.answer_id]
         return Encoded(ids, prefix_len=len(ids), truncated=cut)
 
     def ar(self, text: str, schema: KeySchema, values: Mapping[str, str | None]) -> Encoded:
         """Teacher-forced AR training sequence; targets[p] = input_ids[p + 1] over the answer."""
         enc = self.ar_prompt(text, schema)
-        ids = list(enc.input_ids)
-        for k in schema:
-            ids += self.header(k.name) + self.value_ids(values.get(k.name), self.budget(k)) + [self.end_id]
-        ids.append(self.eos_id)
+        ids = enc.input_ids + self.ar_answer(schema, values)
         start = enc.prefix_len - 1
         enc.input_ids = ids
         enc.targets = [IGNORE] * start + ids[start + 1 :] + [IGNORE]

@@ -8,7 +8,8 @@ k > 0 = answer block k) and the (position -> target) pairs that carry the loss.
   positioned right after the prefix and isolated from the other blocks, so every block is trained
   exactly as it is decoded. With probability `reveal` part of a block's answer is shown in place
   of its masks (the situation of a refinement pass).
-- AR baseline (`ar`): the same prefix and the same templates, written out as causal answers.
+- AR baseline (`ar`): the same document and the same templates, each block being the key list,
+  `<|pip_answer|>` and the answer written out causally.
 - Stage 1 (`mask`): the document's tail becomes a block whose tokens are masked at a ratio drawn
   per sample (masked-diffusion style) and reconstructed, attending to the causal head of the
   document and bidirectionally within the block.
@@ -52,7 +53,7 @@ def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list
                 objective: str, rng: random.Random, reveal: float = 0.0) -> Instance:
     """Document prefix + one answer block per schema (PIP masks or AR answers)."""
     reserved = max((builder.template_length(s) if objective == "pip" else builder.ar_reserved(s)) for s in schemas)
-    prefix, _ = builder.prefix(text, reserved)
+    prefix, _ = builder.prefix(text, reserved, answer=objective == "pip")
     n = len(prefix)
     inst = Instance(list(prefix), list(range(n)), [0] * n, [IGNORE] * n)
     next_block = 1
@@ -65,13 +66,12 @@ def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list
                 for i, t in enumerate(targets):
                     if t != IGNORE and rng.random() < ratio:
                         ids[i], targets[i] = t, IGNORE  # shown, not predicted
-        else:
-            enc = builder.ar("", schema, values)
-            ids = enc.input_ids[enc.prefix_len:]
-            targets = ids[1:] + [IGNORE]
+        else:  # key list + <|pip_answer|> + answer, a causal block of its own
+            head = builder.key_list(schema) + [builder.answer_id]
+            answer = builder.ar_answer(schema, values)
+            ids = head + answer
+            targets = [IGNORE] * (len(head) - 1) + answer + [IGNORE]
             blocks = [next_block] * len(ids)
-            if b == 1:  # the first answer token is predicted from the prefix's <|pip_answer|>;
-                inst.targets[n - 1] = ids[0]  # later blocks (which cannot see block 1) skip it
         inst.ids += ids
         inst.pos += list(range(n, n + len(ids)))
         inst.block += blocks

@@ -1,0 +1,239 @@
+"""`pipkie bench`: speed and memory of PIP against AR decoding, side by side, in one process.
+
+For each batch size, on the same documents and after a warm-up, every method is timed:
+PIP (one pass), PIP + refine 1 and 2, AR forced-template, AR free; plus the *floor*: one plain
+causal forward pass over an input as long as PIP's (document + template), the cost PIP cannot go
+below. Reported per method: median and p90 seconds per document, tokens predicted/generated,
+tokens per second, peak RSS above the baseline (sampled every 2 ms), the torch CUDA allocator's
+peak when on GPU, and ANLS on those documents. Ratios are computed pair by pair from the same run.
+
+Sweeps (synthetic documents, speed only): speed-up against the number of keys and against the
+value length, with AR generating exactly each key's budget (`fixed_length`) so both sides produce
+the same number of value tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from pipkie.ar import ARStats, ar_decode
+from pipkie.data import read_dataset
+from pipkie.decode import pip_decode
+from pipkie.document import serialize
+from pipkie.metrics import Scores
+from pipkie.modeling import builder_for, load_model
+from pipkie.schema import Key, KeySchema
+
+METHODS = ("pip", "pip-refine1", "pip-refine2", "ar-forced", "ar-free")
+
+
+class PeakRSS:
+    """Peak resident memory of this process while the block runs, minus the RSS at its start."""
+
+    def __enter__(self):
+        self.base = self.peak = _rss()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._watch, daemon=True)
+        self._t.start()
+        return self
+
+    def _watch(self):
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, _rss())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, _rss())
+
+    @property
+    def mb(self) -> float:
+        return (self.peak - self.base) / 2**20
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def run_method(model, builder, texts, schema, method: str, pattern: str):
+    """Decode `texts` with one method; return (predictions, tokens produced)."""
+    schemas = [schema] * len(texts)
+    if method.startswith("pip"):
+        refine = int(method[-1]) if method != "pip" else 0
+        preds = pip_decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine)
+        return preds, sum(builder.template_length(schema) - sum(len(builder.header(k.name)) for k in schema)
+                          for _ in texts)
+    stats = ARStats()
+    preds = ar_decode(model, builder, texts, schemas, mode="free" if method == "ar-free" else "forced", stats=stats)
+    return preds, stats.generated
+
+
+@torch.inference_mode()
+def floor_pass(model, builder, texts, schema) -> None:
+    """One plain causal forward over inputs as long as PIP's (the floor PIP is compared with)."""
+    from pipkie.decode import left_pad, positions
+
+    encs = [builder.pip(t, schema) for t in texts]
+    ids, attn = left_pad([e.input_ids for e in encs], builder.pad_id)
+    model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), logits_to_keep=1, use_cache=False)
+
+
+def _time(fn, *a):
+    t0 = time.perf_counter()
+    out = fn(*a)
+    return time.perf_counter() - t0, out
+
+
+def bench(*, model_path: str, dataset: str = "sroie", data_dir: str, split: str = "test", batch_sizes=(1, 8),
+          limit: int = 32, threads: int = 1, methods=METHODS, sweeps: bool = True, json_path: str | None = None,
+          plot_dir: str | None = None, log=print) -> dict:
+    torch.set_num_threads(threads)
+    model, tokenizer, settings = load_model(model_path)
+    builder = builder_for(tokenizer, settings)
+    pattern = settings.pattern if settings.objective == "pip" else "prefix_causal"
+    docs = list(read_dataset(dataset, data_dir, split, limit=limit))
+    schema = KeySchema.parse(settings.keys or sorted({k for d in docs for k in d.fields}))
+    texts = [serialize(d) for d in docs]
+    env = dict(threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
+               cpu_count=os.cpu_count(), device="cpu", torch=torch.__version__, model=model_path,
+               parameters=sum(p.numel() for p in model.parameters()), documents=len(docs))
+    log(f"bench: {env}")
+    result = dict(env=env, batches={})
+    for bs in batch_sizes:
+        chunks = [texts[i: i + bs] for i in range(0, len(texts), bs)]
+        gold = [docs[i: i + bs] for i in range(0, len(docs), bs)]
+        rows = {}
+        for method in ("floor",) + tuple(methods):
+            # warm-up on the first batch (allocator, kernels, caches)
+            floor_pass(model, builder, chunks[0], schema) if method == "floor" else \
+                run_method(model, builder, chunks[0], schema, method, pattern)
+            per_doc, tokens, scores = [], 0, Scores()
+            with PeakRSS() as mem:
+                for chunk, gchunk in zip(chunks, gold):
+                    if method == "floor":
+                        dt, _ = _time(floor_pass, model, builder, chunk, schema)
+                    else:
+                        dt, (preds, n) = _time(run_method, model, builder, chunk, schema, method, pattern)
+                        tokens += n
+                        for d, p in zip(gchunk, preds):
+                            scores.add_document({k: f.value for k, f in p.items()},
+                                                {k: d.fields.get(k) for k in schema.names}, schema.names)
+                    per_doc += [dt / len(chunk)] * len(chunk)
+            total = sum(per_doc)
+            rows[method] = dict(median_s=statistics.median(per_doc), p90_s=_pct(per_doc, 0.9), total_s=total,
+                                tokens=tokens, tokens_per_s=tokens / total if total else 0.0,
+                                peak_rss_mb=round(mem.mb, 1),
+                                cuda_peak_mb=torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
+                                anls=scores.summary()["anls"] if method != "floor" else None)
+            log(f"  batch {bs} {method:<12} median {rows[method]['median_s']:.4f} s/doc  p90 {rows[method]['p90_s']:.4f}"
+                f"  tokens {tokens}  rss +{mem.mb:.0f} MB" + (f"  ANLS {rows[method]['anls']:.3f}" if method != "floor" else ""))
+        ratios = {}
+        if "pip" in rows:
+            for other in ("ar-free", "ar-forced"):
+                if other in rows:
+                    ratios[f"speedup_vs_{other}"] = rows[other]["median_s"] / rows["pip"]["median_s"]
+                    ratios[f"memory_vs_{other}"] = (rows["pip"]["peak_rss_mb"] / rows[other]["peak_rss_mb"]
+                                                     if rows[other]["peak_rss_mb"] > 0 else None)
+            ratios["floor_ratio"] = rows["pip"]["median_s"] / rows["floor"]["median_s"]
+        result["batches"][str(bs)] = dict(methods=rows, ratios=ratios)
+        log(f"  batch {bs} ratios: " + ", ".join(f"{k}={v:.2f}" for k, v in ratios.items() if v is not None))
+    if sweeps:
+        result["sweeps"] = run_sweeps(model, builder, pattern, batch_sizes, log=log)
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
+    if plot_dir:
+        plot(result, plot_dir)
+    return result
+
+
+def _pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def _synthetic_text(rng: random.Random, n_lines: int = 30) -> str:
+    from pipkie.data.synthetic import generate_receipts
+
+    doc = next(iter(generate_receipts(1, seed=rng.randint(0, 10**6), render=False)))
+    return serialize(doc)
+
+
+def run_sweeps(model, builder, pattern, batch_sizes, *, keys=(1, 2, 4, 8, 16, 32), lengths=(4, 8, 16, 32, 64),
+               repeats: int = 3, log=print) -> dict:
+    """Speed-up of PIP over AR-forced (both producing the same number of value tokens) as the number
+    of keys and the value length grow."""
+    rng = random.Random(0)
+    texts = [_synthetic_text(rng) for _ in range(max(batch_sizes))]
+    out = {"keys": {}, "value_length": {}}
+    for bs in batch_sizes:
+        for axis, grid in (("keys", keys), ("value_length", lengths)):
+            pts = []
+            for x in grid:
+                n_keys, length = (x, 8) if axis == "keys" else (4, x)
+                schema = KeySchema(tuple(Key(f"field_{i}", max_tokens=length) for i in range(n_keys)))
+                batch = texts[:bs]
+                t_pip, t_ar = [], []
+                for _ in range(repeats):
+                    t_pip.append(_time(pip_decode, model, builder, batch, [schema] * bs)[0])
+                    t_ar.append(_time(lambda: ar_decode(model, builder, batch, [schema] * bs, mode="forced",
+                                                        fixed_length=True))[0])
+                p, a = statistics.median(t_pip), statistics.median(t_ar)
+                pts.append(dict(x=x, pip_s=p / bs, ar_forced_s=a / bs, speedup=a / p))
+                log(f"  sweep batch {bs} {axis}={x}: PIP {p / bs:.3f} s/doc, AR {a / bs:.3f} s/doc, ×{a / p:.1f}")
+            out[axis][str(bs)] = pts
+    return out
+
+
+def plot(result: dict, plot_dir: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(plot_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    env = result["env"]
+    for axis, label in (("keys", "number of keys (8 tokens each)"), ("value_length", "value length (tokens, 4 keys)")):
+        if "sweeps" not in result:
+            break
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        for bs, pts in result["sweeps"][axis].items():
+            ax.plot([p["x"] for p in pts], [p["speedup"] for p in pts], marker="o", label=f"batch {bs}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(label)
+        ax.set_ylabel("speed-up of PIP over AR-forced")
+        ax.set_title(f"{env['threads']} CPU thread(s), {env['parameters'] / 1e6:.0f}M params", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        p = out_dir / f"speedup_{axis}.png"
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        paths.append(p)
+    (out_dir / "bench.md").write_text(markdown_table(result))
+    return paths
+
+
+def markdown_table(result: dict) -> str:
+    lines = [f"threads: {result['env']['threads']}, documents: {result['env']['documents']}, "
+             f"model: {result['env']['parameters'] / 1e6:.0f}M parameters", "",
+             "| batch | method | median s/doc | p90 s/doc | tokens/s | peak RSS MB | ANLS |", "|---|---|---|---|---|---|---|"]
+    for bs, b in result["batches"].items():
+        for m, r in b["methods"].items():
+            anls = f"{100 * r['anls']:.1f}" if r["anls"] is not None else "—"
+            lines.append(f"| {bs} | {m} | {r['median_s']:.4f} | {r['p90_s']:.4f} | {r['tokens_per_s']:.0f} | "
+                         f"{r['peak_rss_mb']:.0f} | {anls} |")
+    lines.append("")
+    for bs, b in result["batches"].items():
+        lines.append(f"batch {bs}: " + ", ".join(f"{k} = {v:.2f}" for k, v in b["ratios"].items() if v is not None))
+    return "\n".join(lines) + "\n"
