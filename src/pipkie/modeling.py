@@ -105,6 +105,8 @@ def add_tokens_to_model(model, tokenizer, slot_tokens: int = 0, seed: int = 0) -
 def load_model(path: str | Path, *, dtype=torch.float32):
     """(model, tokenizer, settings) from a pipkie directory, a base name/path, or a LoRA adapter dir."""
     path = str(path)
+    if path != "smollm2" and not Path(path).is_dir() and (path.startswith((".", "/", "~")) or path.count("/") > 1):
+        raise FileNotFoundError(f"model not found: {path} is not a directory")
     settings = Settings.load(path) if Path(path).is_dir() else Settings()
     if Path(path, "adapter_config.json").exists():
         from peft import PeftModel

@@ -149,7 +149,7 @@ class TemplateBuilder:
     def prefix(self, text: str, reserved: int, answer: bool = True) -> tuple[list[int], int]:
         """instruction + document (+ <|pip_answer|>), the document cut so that `reserved` more tokens fit."""
         doc = self._ids(text)
-        room = self.max_length - reserved - len(self.instruction_ids) - 1
+        room = self.max_length - reserved - len(self.instruction_ids) - int(answer)
         if room < 1:
             raise DocumentTooLong(
                 f"the answer template needs {reserved} tokens; with max_length={self.max_length} no room is left "

@@ -1,0 +1,78 @@
+"""Training: instances match inference inputs, stage-1 masking, and resume = uninterrupted run."""
+
+import json
+import random
+
+import pytest
+import torch
+
+from pipkie.schema import KeySchema
+from pipkie.template import IGNORE, TemplateBuilder
+from pipkie.train.config import TrainConfig
+from pipkie.train.examples import collate, kv_instance, mask_instance
+from pipkie.train.loop import train
+from tests.conftest import tiny_model
+
+TEXT = "apple berry cedar\ndelta 12/3 ember\nfrost grove 9/1"
+VALUES = {"company": "apple berry", "date": "12/3", "total": None}
+
+
+def test_pip_instance_block_equals_inference_template(tokenizer):
+    b = TemplateBuilder(tokenizer, max_length=256, default_budget=4, slot_tokens=4, field_blocks=True)
+    s1, s2 = KeySchema.parse("company,total"), KeySchema.parse("date")
+    inst = kv_instance(b, TEXT, VALUES, [s1, s2], objective="pip", rng=random.Random(0))
+    enc = b.pip(TEXT, s1, VALUES)
+    n = enc.prefix_len
+    assert inst.ids[: len(enc.input_ids)] == enc.input_ids  # block 1 = the inference input
+    assert inst.targets[: len(enc.targets)] == enc.targets
+    assert inst.pos[len(enc.input_ids)] == n  # block 2 restarts right after the prefix
+    assert len(set(inst.block[n:])) == 3  # one block per field (2 + 1)
+
+
+def test_ar_instance_targets_are_the_answer(tokenizer):
+    b = TemplateBuilder(tokenizer, max_length=256, default_budget=4)
+    s = KeySchema.parse("company,total")
+    inst = kv_instance(b, TEXT, VALUES, [s], objective="ar", rng=random.Random(0))
+    enc = b.ar(TEXT, s, VALUES)
+    assert inst.ids == enc.input_ids and inst.targets == enc.targets
+
+
+def test_mask_instance_masks_only_the_tail(tokenizer):
+    b = TemplateBuilder(tokenizer, max_length=256)
+    inst = mask_instance(b, TEXT * 3, rng=random.Random(1), ratio=(0.5, 0.5))
+    n = inst.block.index(1)
+    assert all(t == IGNORE for t in inst.targets[:n])
+    masked = [i for i, t in enumerate(inst.targets) if t != IGNORE]
+    assert masked and all(inst.ids[i] == b.mask_id for i in masked)
+
+
+class Killed(Exception):
+    pass
+
+
+def _run(tokenizer, out, steps, every, kill_at=None):
+    torch.manual_seed(0)
+    model = tiny_model(tokenizer, "llama").train()
+    b = TemplateBuilder(tokenizer, max_length=128, default_budget=4)
+    cfg = TrainConfig(output_dir=str(out), steps=steps, batch_size=2, lr=1e-3, warmup=2, threads=1, bf16=False,
+                      checkpoint_every=every, lora_r=0)
+
+    def make_batch(step):
+        if step == kill_at:
+            raise Killed
+        rng = random.Random(step)
+        insts = [kv_instance(b, TEXT, VALUES, [KeySchema.parse("company,date,total")], objective="pip", rng=rng)
+                 for _ in range(2)]
+        return collate(insts, b.pad_id, "pip")
+
+    train(cfg, model, make_batch, save=lambda p: None, pattern="prefix_causal")
+    return [json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def test_resume_continues_the_same_loss_curve(tokenizer, tmp_path):
+    straight = _run(tokenizer, tmp_path / "a", steps=6, every=2)
+    with pytest.raises(Killed):  # killed while making step 5's batch: last checkpoint is step 4
+        _run(tokenizer, tmp_path / "b", steps=6, every=2, kill_at=4)
+    resumed = _run(tokenizer, tmp_path / "b", steps=6, every=2)  # restarted: continues at step 5
+    assert len(resumed) == 6  # the log holds steps 1-3 from before and 4-6 from after the restart
+    assert resumed == pytest.approx(straight, rel=1e-5)
