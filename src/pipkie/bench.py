@@ -93,18 +93,25 @@ def _time(fn, *a):
     return time.perf_counter() - t0, out
 
 
-def bench(*, model_path: str, dataset: str = "sroie", data_dir: str, split: str = "test", batch_sizes=(1, 8),
+def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "sroie", data_dir: str, split: str = "test", batch_sizes=(1, 8),
           limit: int = 32, threads: int = 1, methods=METHODS, sweeps: bool = True, json_path: str | None = None,
           plot_dir: str | None = None, log=print) -> dict:
     torch.set_num_threads(threads)
     model, tokenizer, settings = load_model(model_path)
     builder = builder_for(tokenizer, settings)
     pattern = settings.pattern if settings.objective == "pip" else "prefix_causal"
+    # AR methods run on the AR baseline (same architecture, trained causally on the same data) when
+    # given, so their generated lengths and accuracy are those of a real AR extractor.
+    ar_model, ar_builder = model, builder
+    if ar_model_path:
+        ar_model, ar_tok, ar_settings = load_model(ar_model_path)
+        ar_builder = builder_for(ar_tok, ar_settings)
     docs = list(read_dataset(dataset, data_dir, split, limit=limit))
     schema = KeySchema.parse(settings.keys or sorted({k for d in docs for k in d.fields}))
     texts = [serialize(d) for d in docs]
     env = dict(threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
                cpu_count=os.cpu_count(), device="cpu", torch=torch.__version__, model=model_path,
+               ar_model=ar_model_path or model_path,
                parameters=sum(p.numel() for p in model.parameters()), documents=len(docs))
     log(f"bench: {env}")
     result = dict(env=env, batches={})
@@ -113,16 +120,17 @@ def bench(*, model_path: str, dataset: str = "sroie", data_dir: str, split: str 
         gold = [docs[i: i + bs] for i in range(0, len(docs), bs)]
         rows = {}
         for method in ("floor",) + tuple(methods):
+            m, b = (ar_model, ar_builder) if method.startswith("ar") else (model, builder)
             # warm-up on the first batch (allocator, kernels, caches)
-            floor_pass(model, builder, chunks[0], schema) if method == "floor" else \
-                run_method(model, builder, chunks[0], schema, method, pattern)
+            floor_pass(m, b, chunks[0], schema) if method == "floor" else \
+                run_method(m, b, chunks[0], schema, method, pattern)
             per_doc, tokens, scores = [], 0, Scores()
             with PeakRSS() as mem:
                 for chunk, gchunk in zip(chunks, gold):
                     if method == "floor":
-                        dt, _ = _time(floor_pass, model, builder, chunk, schema)
+                        dt, _ = _time(floor_pass, m, b, chunk, schema)
                     else:
-                        dt, (preds, n) = _time(run_method, model, builder, chunk, schema, method, pattern)
+                        dt, (preds, n) = _time(run_method, m, b, chunk, schema, method, pattern)
                         tokens += n
                         for d, p in zip(gchunk, preds):
                             scores.add_document({k: f.value for k, f in p.items()},
@@ -147,7 +155,8 @@ def bench(*, model_path: str, dataset: str = "sroie", data_dir: str, split: str 
         result["batches"][str(bs)] = dict(methods=rows, ratios=ratios)
         log(f"  batch {bs} ratios: " + ", ".join(f"{k}={v:.2f}" for k, v in ratios.items() if v is not None))
     if sweeps:
-        result["sweeps"] = run_sweeps(model, builder, pattern, batch_sizes, log=log)
+        result["sweeps"] = run_sweeps(model, builder, pattern, batch_sizes, ar_model=ar_model, ar_builder=ar_builder,
+                                      log=log)
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
     if plot_dir:
@@ -167,10 +176,11 @@ def _synthetic_text(rng: random.Random, n_lines: int = 30) -> str:
     return serialize(doc)
 
 
-def run_sweeps(model, builder, pattern, batch_sizes, *, keys=(1, 2, 4, 8, 16, 32), lengths=(4, 8, 16, 32, 64),
-               repeats: int = 3, log=print) -> dict:
+def run_sweeps(model, builder, pattern, batch_sizes, *, ar_model=None, ar_builder=None, keys=(1, 2, 4, 8, 16, 32),
+               lengths=(4, 8, 16, 32, 64), repeats: int = 3, log=print) -> dict:
     """Speed-up of PIP over AR-forced (both producing the same number of value tokens) as the number
     of keys and the value length grow."""
+    ar_model, ar_builder = ar_model or model, ar_builder or builder
     rng = random.Random(0)
     texts = [_synthetic_text(rng) for _ in range(max(batch_sizes))]
     out = {"keys": {}, "value_length": {}}
@@ -183,8 +193,8 @@ def run_sweeps(model, builder, pattern, batch_sizes, *, keys=(1, 2, 4, 8, 16, 32
                 batch = texts[:bs]
                 t_pip, t_ar = [], []
                 for _ in range(repeats):
-                    t_pip.append(_time(pip_decode, model, builder, batch, [schema] * bs)[0])
-                    t_ar.append(_time(lambda: ar_decode(model, builder, batch, [schema] * bs, mode="forced",
+                    t_pip.append(_time(lambda: pip_decode(model, builder, batch, [schema] * bs, pattern=pattern))[0])
+                    t_ar.append(_time(lambda: ar_decode(ar_model, ar_builder, batch, [schema] * bs, mode="forced",
                                                         fixed_length=True))[0])
                 p, a = statistics.median(t_pip), statistics.median(t_ar)
                 pts.append(dict(x=x, pip_s=p / bs, ar_forced_s=a / bs, speedup=a / p))

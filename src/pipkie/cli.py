@@ -116,6 +116,7 @@ def bench(
     data_dir: str = typer.Option(..., help="the dataset's directory"),
     split: str = typer.Option("test"),
     model: Optional[str] = typer.Option(None, help="model directory (default: the shipped model)"),
+    ar_model: Optional[str] = typer.Option(None, help="AR baseline for the AR methods (default: --model)"),
     batch: str = typer.Option("1,8", help="batch sizes, comma-separated"),
     limit: int = typer.Option(32, help="documents timed per batch size"),
     threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
@@ -130,7 +131,7 @@ def bench(
 
     n = _threads(threads)
     typer.echo(f"threads: torch={n} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
-    result = run(model_path=model or default_model_path(), dataset=dataset, data_dir=data_dir, split=split,
+    result = run(model_path=model or default_model_path(), ar_model_path=ar_model, dataset=dataset, data_dir=data_dir, split=split,
                  batch_sizes=[int(b) for b in batch.split(",")], limit=limit, threads=n,
                  methods=tuple(methods.split(",")), sweeps=sweeps, json_path=str(json_path) if json_path else None,
                  plot_dir=str(plot) if plot else None, log=typer.echo)

@@ -1,0 +1,37 @@
+"""The benchmark runs every method side by side and computes its ratios (timings never asserted)."""
+
+import json
+
+from pipkie.bench import bench, markdown_table
+from tests.test_extract import tiny_model_dir  # noqa: F401  (session fixture)
+
+
+def test_bench_reports_every_method_and_ratio(tiny_model_dir, shared_data, tmp_path):  # noqa: F811
+    out = tmp_path / "bench.json"
+    result = bench(model_path=str(tiny_model_dir), dataset="sroie", data_dir=str(shared_data / "sroie"),
+                   batch_sizes=(1, 2), limit=2, threads=1, sweeps=False, json_path=str(out),
+                   plot_dir=str(tmp_path / "plots"), log=lambda *a: None)
+    assert json.loads(out.read_text())["env"]["threads"] == 1
+    for bs in ("1", "2"):
+        rows = result["batches"][bs]["methods"]
+        assert set(rows) == {"floor", "pip", "pip-refine1", "pip-refine2", "ar-forced", "ar-free"}
+        assert all(r["median_s"] > 0 for r in rows.values())
+        assert rows["pip"]["tokens"] > 0 and 0 <= rows["pip"]["anls"] <= 1
+        ratios = result["batches"][bs]["ratios"]
+        assert ratios["speedup_vs_ar-forced"] == rows["ar-forced"]["median_s"] / rows["pip"]["median_s"]
+        assert ratios["floor_ratio"] == rows["pip"]["median_s"] / rows["floor"]["median_s"]
+    assert "| 1 | pip |" in markdown_table(result)
+    assert (tmp_path / "plots" / "bench.md").exists()
+
+
+def test_sweeps_plot(tiny_model_dir, tmp_path):  # noqa: F811
+    from pipkie.bench import plot, run_sweeps
+    from pipkie.modeling import builder_for, load_model
+
+    model, tok, settings = load_model(tiny_model_dir)
+    sweeps = run_sweeps(model, builder_for(tok, settings), settings.pattern, (1,), keys=(1, 2), lengths=(2, 4),
+                        repeats=1, log=lambda *a: None)
+    assert [p["x"] for p in sweeps["keys"]["1"]] == [1, 2]
+    result = {"env": {"threads": 1, "parameters": 1e6, "documents": 0}, "batches": {}, "sweeps": sweeps}
+    paths = plot(result, str(tmp_path))
+    assert all(p.exists() and p.stat().st_size > 1000 for p in paths)
