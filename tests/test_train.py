@@ -76,3 +76,19 @@ def test_resume_continues_the_same_loss_curve(tokenizer, tmp_path):
     resumed = _run(tokenizer, tmp_path / "b", steps=6, every=2)  # restarted: continues at step 5
     assert len(resumed) == 6  # the log holds steps 1-3 from before and 4-6 from after the restart
     assert resumed == pytest.approx(straight, rel=1e-5)
+
+
+def test_trained_tokenizer_reloads_with_its_own_rules(tmp_path):
+    """A compact model's BPE must tokenize the same after save + load (not the architecture's rules)."""
+    from pipkie.modeling import compact_config, load_tokenizer
+    from pipkie.train.finetune import _pin_tokenizer_class
+    from pipkie.train.tokenizer import train_tokenizer
+    from tests.conftest import corpus
+
+    texts = corpus(300) + ["D'SARA SDN BHD", "TOTAL (RM): 12.50", "it's 9/1"]
+    tok = train_tokenizer(texts, vocab_size=600)
+    tok.save_pretrained(tmp_path)
+    compact_config(len(tok)).save_pretrained(tmp_path)
+    _pin_tokenizer_class(tmp_path)
+    again = load_tokenizer(tmp_path)
+    assert [again(t)["input_ids"] for t in texts] == [tok(t)["input_ids"] for t in texts]

@@ -102,6 +102,18 @@ def add_tokens_to_model(model, tokenizer, slot_tokens: int = 0, seed: int = 0) -
         setattr(model.config, name, getattr(tokenizer, name))
 
 
+def load_tokenizer(path: str | Path):
+    """The tokenizer saved with a model. A BPE tokenizer trained here (tokenizer_class
+    PreTrainedTokenizerFast) is loaded as exactly that: AutoTokenizer would swap in the
+    architecture's own pre-tokenizer rules and tokenize some text differently."""
+    conf = Path(path, "tokenizer_config.json")
+    if conf.exists() and json.loads(conf.read_text()).get("tokenizer_class") == "PreTrainedTokenizerFast":
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path)
+
+
 def load_model(path: str | Path, *, dtype=torch.float32):
     """(model, tokenizer, settings) from a pipkie directory, a base name/path, or a LoRA adapter dir."""
     path = str(path)
@@ -112,13 +124,13 @@ def load_model(path: str | Path, *, dtype=torch.float32):
         from peft import PeftModel
 
         base_dir = resolve_base(settings.base or json.loads(Path(path, "adapter_config.json").read_text())["base_model_name_or_path"])
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = load_tokenizer(path)
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
         add_tokens_to_model(base, tokenizer, settings.slot_tokens)
         model = PeftModel.from_pretrained(base, path).merge_and_unload()
     else:
         path = resolve_base(path)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         add_tokens_to_model(model, tokenizer, settings.slot_tokens)
     model.eval()

@@ -61,12 +61,21 @@ def _saver(cfg: TrainConfig, model, tokenizer, objective: str):
         path.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(path, **({"save_embedding_layers": False} if cfg.lora_r else {}))
         tokenizer.save_pretrained(path)
+        if cfg.base == "compact":  # keep our trained BPE rules: without this, AutoTokenizer would pick
+            _pin_tokenizer_class(path)  # the architecture's own tokenizer class on reload
         Settings(objective=objective, pattern=cfg.pattern if objective == "pip" else "causal",
                  max_length=cfg.max_length, default_budget=cfg.default_budget, budgets=dict(cfg.budgets),
                  base=cfg.base if cfg.lora_r else None, keys=list(cfg.keys), slot_tokens=cfg.slot_tokens,
                  field_blocks=cfg.field_blocks).save(path)
 
     return save
+
+
+def _pin_tokenizer_class(path: Path) -> None:
+    p = path / "tokenizer_config.json"
+    conf = json.loads(p.read_text())
+    conf["tokenizer_class"] = "PreTrainedTokenizerFast"
+    p.write_text(json.dumps(conf, indent=2))
 
 
 def finetune(cfg: TrainConfig) -> dict:
