@@ -67,13 +67,30 @@ def _field_result(builder: TemplateBuilder, toks: list[int], probs: list[float])
 # PIP
 # ---------------------------------------------------------------------------------------------
 def pip_forward(model, ids, attn, block_ids, keep, *, pattern: str, cache=None, start=None, **model_inputs):
-    """One forward pass; logits only at `keep` positions → (number kept, vocab)."""
+    """One forward pass; logits only at `keep` positions → (number kept, vocab).
+
+    model_inputs go to the model (a vision-language model's pixel_values, image_grid_thw…); its
+    3D M-RoPE position ids are computed here (`rope_positions`), while the mask builder keeps the
+    plain 2D positions."""
     pos = positions(attn[:, -ids.shape[1]:], start)
     mask = build_attention_mask(model, pattern, attn, query_length=ids.shape[1], block_ids=block_ids,
                                 cache=cache, position_ids=pos)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
+    rope = rope_positions(model, ids, attn, model_inputs) if cache is None else pos
+    out = model(input_ids=ids, attention_mask=mask, position_ids=rope, cache=cache,
                 use_cache=cache is not None, logits_to_keep=keep, **model_inputs)
     return out.logits.reshape(-1, out.logits.shape[-1]).float()
+
+
+def rope_positions(model, ids, attn, model_inputs: dict) -> torch.Tensor:
+    """Position ids for the model: 3D (M-RoPE) ones from `get_rope_index` for Qwen2-VL-style models
+    given an image, else the usual count of real tokens."""
+    inner = getattr(model, "model", None)
+    if "image_grid_thw" not in model_inputs or not hasattr(inner, "get_rope_index"):
+        return positions(attn)
+    mm = (ids == model.config.image_token_id).int()
+    model_inputs.setdefault("mm_token_type_ids", mm)
+    pos, _ = inner.get_rope_index(ids, mm, image_grid_thw=model_inputs["image_grid_thw"], attention_mask=attn)
+    return pos
 
 
 def _block_ids(encs: list[Encoded], width: int) -> torch.Tensor:
@@ -95,13 +112,18 @@ def _slot_mask(encs: list[Encoded], width: int) -> torch.Tensor:
 
 @torch.inference_mode()
 def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[KeySchema], *,
-               pattern: str = "prefix_causal", refine_steps: int = 0) -> list[Prediction]:
-    """Fill every mask slot of every document in one forward pass (+ `refine_steps` passes)."""
-    encs = [builder.pip(t, s) for t, s in zip(texts, schemas)]
+               pattern: str = "prefix_causal", refine_steps: int = 0, images: list[list[int]] | None = None,
+               model_inputs: dict | None = None) -> list[Prediction]:
+    """Fill every mask slot of every document in one forward pass (+ `refine_steps` passes).
+
+    For a vision-language model, `images` gives each document's image placeholder tokens (placed
+    after the instruction) and `model_inputs` the pixel inputs (pixel_values, image_grid_thw)."""
+    model_inputs = dict(model_inputs or {})
+    encs = [builder.pip(t, s, image=(images[i] if images else None)) for i, (t, s) in enumerate(zip(texts, schemas))]
     ids, attn = left_pad([e.input_ids for e in encs], builder.pad_id)
     keep = _slot_mask(encs, ids.shape[1])
     block = _block_ids(encs, ids.shape[1])
-    probs = pip_forward(model, ids, attn, block, keep, pattern=pattern).softmax(-1)
+    probs = pip_forward(model, ids, attn, block, keep, pattern=pattern, **model_inputs).softmax(-1)
     conf, toks = probs.max(-1)
     rows = keep.nonzero()[:, 0]  # batch row of each slot, in the same order as the logits
     for step in range(1, refine_steps + 1):
@@ -117,7 +139,8 @@ def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[
             break
         step_ids = ids.clone()
         step_ids[keep] = torch.where(remask, ids[keep], toks)  # re-masked slots get their mask input back
-        new_conf, new_toks = pip_forward(model, step_ids, attn, block, keep, pattern=pattern).softmax(-1).max(-1)
+        new_conf, new_toks = pip_forward(model, step_ids, attn, block, keep, pattern=pattern,
+                                         **model_inputs).softmax(-1).max(-1)
         conf = torch.where(remask, new_conf, conf)
         toks = torch.where(remask, new_toks, toks)
     return _collect(builder, encs, toks.tolist(), conf.tolist())

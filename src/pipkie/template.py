@@ -146,10 +146,12 @@ class TemplateBuilder:
         """The AR prompt's list of requested keys (PIP's template names them already)."""
         return self._ids("\nkeys: " + ", ".join(schema.names))
 
-    def prefix(self, text: str, reserved: int, answer: bool = True) -> tuple[list[int], int]:
-        """instruction + document (+ <|pip_answer|>), the document cut so that `reserved` more tokens fit."""
+    def prefix(self, text: str, reserved: int, answer: bool = True, image: list[int] | None = None) -> tuple[list[int], int]:
+        """instruction (+ image tokens) + document (+ <|pip_answer|>), the document cut so that
+        `reserved` more tokens fit. `image`: a vision-language model's image placeholder tokens."""
         doc = self._ids(text)
-        room = self.max_length - reserved - len(self.instruction_ids) - int(answer)
+        head = self.instruction_ids + list(image or [])
+        room = self.max_length - reserved - len(head) - int(answer)
         if room < 1:
             raise DocumentTooLong(
                 f"the answer template needs {reserved} tokens; with max_length={self.max_length} no room is left "
@@ -162,14 +164,15 @@ class TemplateBuilder:
                 raise DocumentTooLong(msg)
             warnings.warn(msg + f": the last {cut} tokens are dropped", stacklevel=3)
             doc = doc[:room]
-        return self.instruction_ids + doc + ([self.answer_id] if answer else []), cut
+        return head + doc + ([self.answer_id] if answer else []), cut
 
     # -- PIP -------------------------------------------------------------------------------
     def template_length(self, schema: KeySchema) -> int:
         return sum(len(self.header(k.name)) + self.budget(k) for k in schema)
 
-    def pip(self, text: str, schema: KeySchema, values: Mapping[str, str | None] | None = None) -> Encoded:
-        ids, cut = self.prefix(text, self.template_length(schema))
+    def pip(self, text: str, schema: KeySchema, values: Mapping[str, str | None] | None = None,
+            image: list[int] | None = None) -> Encoded:
+        ids, cut = self.prefix(text, self.template_length(schema), image=image)
         enc = Encoded(ids, prefix_len=len(ids), truncated=cut)
         block_ids, enc.fields, targets, enc.blocks = self.pip_block(schema, values, offset=len(ids))
         enc.input_ids = ids + block_ids
