@@ -92,3 +92,19 @@ def test_trained_tokenizer_reloads_with_its_own_rules(tmp_path):
     _pin_tokenizer_class(tmp_path)
     again = load_tokenizer(tmp_path)
     assert [again(t)["input_ids"] for t in texts] == [tok(t)["input_ids"] for t in texts]
+
+
+def test_copy_instance_targets_are_the_span_after_the_key(tokenizer):
+    from pipkie.train.examples import copy_instance
+
+    b = TemplateBuilder(tokenizer, max_length=256, slot_tokens=4, field_blocks=True)
+    text = "apple berry cedar delta ember frost grove harbor"
+    inst = copy_instance(b, text, rng=random.Random(3), blocks=2)
+    assert max(inst.block) == 2
+    for blk in (1, 2):
+        idx = [i for i, x in enumerate(inst.block) if x == blk]
+        ids = [inst.ids[i] for i in idx]
+        tg = [inst.targets[i] for i in idx if inst.targets[i] != IGNORE]
+        key = tokenizer.decode(ids[: ids.index(b.slot_input(0))]).strip().rstrip(":")
+        value = b.decode_value(tg)
+        assert (key + " " + value) in text  # the value is the span right after the key words

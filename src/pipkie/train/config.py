@@ -33,6 +33,7 @@ class TrainConfig:
     templates_per_doc: int = 2  # answer blocks packed after one document (prefix_causal only)
     reveal: float = 0.3  # PIP: chance a template shows part of its answer (trains refinement)
     mask_ratio: tuple[float, float] = (0.15, 0.9)  # stage 1: ratio drawn per sample
+    pretrain_tasks: tuple[str, ...] = ("mask", "copy")  # stage 1 objectives, one drawn per sample
     # -- optimisation -------------------------------------------------------------------------
     steps: int = 500
     batch_size: int = 4

@@ -13,6 +13,9 @@ k > 0 = answer block k) and the (position -> target) pairs that carry the loss.
 - Stage 1 (`mask`): the document's tail becomes a block whose tokens are masked at a ratio drawn
   per sample (masked-diffusion style) and reconstructed, attending to the causal head of the
   document and bidirectionally within the block.
+- Stage 1 (`copy`): KIE-shaped blocks made from any text: the "key" is a few words of the
+  document and the "value" the span that follows them, so the model learns to find a place in the
+  document and copy a run of tokens in one pass, with unlimited supervision.
 """
 
 from __future__ import annotations
@@ -98,6 +101,36 @@ def mask_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, ra
         block=[0] * n + [1] * len(block),
         targets=[IGNORE] * n + [t if m else IGNORE for t, m in zip(block, masked)],
     )
+
+
+def copy_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, blocks: int = 4,
+                  key_words: tuple[int, int] = (1, 4), max_value: int = 24) -> Instance:
+    """Stage 1, span copy: `"\\n" <words before the span> ":"` + slots → the span's tokens."""
+    words = text.split()
+    spans = []
+    for _ in range(blocks):
+        if len(words) < 3:
+            break
+        k = rng.randint(*key_words)
+        i = rng.randrange(1, max(2, len(words) - 1))
+        key = " ".join(words[max(0, i - k): i]).replace(":", " ")
+        value = " ".join(words[i: i + rng.randint(1, 8)])
+        spans.append((key[:60] or "start", value))
+    values = {f"k{j}": v for j, (_, v) in enumerate(spans)}
+    budget = max([len(builder.value_ids(v, max_value)) + 1 for v in values.values()] + [2])
+    prefix, _ = builder.prefix(text, reserved=len(spans) * (budget + 24))
+    n = len(prefix)
+    inst = Instance(list(prefix), list(range(n)), [0] * n, [IGNORE] * n)
+    for j, (key, value) in enumerate(spans, start=1):
+        header = builder._ids(f"\n{key}:")
+        v = builder.value_ids(value, budget)
+        ids = header + [builder.slot_input(t) for t in range(budget)]
+        targets = [IGNORE] * len(header) + v + [builder.end_id] * (budget - len(v))
+        inst.ids += ids
+        inst.pos += list(range(n, n + len(ids)))
+        inst.block += [j] * len(ids)
+        inst.targets += targets
+    return inst
 
 
 def collate(instances: list[Instance], pad_id: int, objective: str) -> dict[str, torch.Tensor]:

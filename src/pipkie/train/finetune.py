@@ -15,7 +15,7 @@ from pipkie.document import Document, serialize
 from pipkie.modeling import Settings, add_tokens_to_model, compact_config, load_model
 from pipkie.template import SPECIAL_TOKENS, TemplateBuilder, slot_token
 from pipkie.train.config import TrainConfig
-from pipkie.train.examples import collate, kv_instance, mask_instance, random_schemas
+from pipkie.train.examples import collate, copy_instance, kv_instance, mask_instance, random_schemas
 from pipkie.train.loop import train
 
 
@@ -117,12 +117,21 @@ def pretrain(cfg: TrainConfig) -> dict:
         texts += [serialize(d) for d in read_dataset(name, path, "train")]
     model, tokenizer = build_model(cfg, corpus=texts)
     builder = TemplateBuilder(tokenizer, max_length=cfg.max_length, budgets=cfg.budgets,
-                              default_budget=cfg.default_budget)
+                              default_budget=cfg.default_budget, slot_tokens=cfg.slot_tokens,
+                              field_blocks=cfg.field_blocks)
 
     def make_batch(step: int):
         rng = random.Random(cfg.seed * 1_000_003 + step)
         order = _epoch_order(len(texts), cfg.batch_size, step, cfg.seed)
-        insts = [mask_instance(builder, texts[i], rng=rng, ratio=tuple(cfg.mask_ratio)) for i in order]
+        insts = []
+        for i in order:
+            task = rng.choice(list(cfg.pretrain_tasks))
+            if task == "mask":
+                insts.append(mask_instance(builder, texts[i], rng=rng, ratio=tuple(cfg.mask_ratio)))
+            elif task == "copy":
+                insts.append(copy_instance(builder, texts[i], rng=rng))
+            else:
+                raise ValueError(f"unknown pretraining task {task!r} (mask or copy)")
         return collate(insts, builder.pad_id, "mask")
 
     return train(cfg, model, make_batch, save=_saver(cfg, model, tokenizer, "pip"), pattern=cfg.pattern)
