@@ -75,7 +75,17 @@ def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: C
         print(f"resumed from {ckpt} at step {start}", flush=True)
     (out_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
     model.train()
-    log = open(out_dir / "log.jsonl", "a")
+    with open(out_dir / "log.jsonl", "a") as log:
+        loss_ema, elapsed = _loop(cfg, model, opt, sched, accel, params, make_batch, pattern, log, start, elapsed)
+    model.eval()
+    save(out_dir / "model")
+    summary = dict(steps=cfg.steps, train_seconds=round(elapsed, 1), final_loss_ema=loss_ema)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _loop(cfg, model, opt, sched, accel, params, make_batch, pattern, log, start, elapsed):
+    out_dir, ckpt = Path(cfg.output_dir), Path(cfg.output_dir) / CKPT
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"{cfg.objective}", mininterval=5)
     loss_ema = None
     for step in bar:
@@ -109,9 +119,4 @@ def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: C
                             scheduler=sched.state_dict(), step=step + 1, elapsed=elapsed), tmp / "state.pt")
             shutil.rmtree(ckpt, ignore_errors=True)
             tmp.rename(ckpt)
-    log.close()
-    model.eval()
-    save(out_dir / "model")
-    summary = dict(steps=cfg.steps, train_seconds=round(elapsed, 1), final_loss_ema=loss_ema)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+    return loss_ema, elapsed
