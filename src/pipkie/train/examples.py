@@ -133,9 +133,12 @@ def copy_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, bl
     return inst
 
 
-def collate(instances: list[Instance], pad_id: int, objective: str) -> dict[str, torch.Tensor]:
-    """Right-padded batch tensors; `keep` marks the positions whose logits are computed."""
-    width = max(len(x.ids) for x in instances)
+def collate(instances: list[Instance], pad_id: int, objective: str, multiple: int = 64) -> dict[str, torch.Tensor]:
+    """Right-padded batch tensors; `keep` marks the positions whose logits are computed.
+
+    The width is rounded up to a multiple of `multiple`: a handful of distinct shapes instead of
+    one per batch keeps the CPU kernels' per-shape caches (and the process's memory) bounded."""
+    width = -(-max(len(x.ids) for x in instances) // multiple) * multiple
     B = len(instances)
     ids = torch.full((B, width), pad_id, dtype=torch.long)
     pos = torch.zeros((B, width), dtype=torch.long)
