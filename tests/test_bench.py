@@ -35,3 +35,32 @@ def test_sweeps_plot(tiny_model_dir, tmp_path):  # noqa: F811
     result = {"env": {"threads": 1, "parameters": 1e6, "documents": 0}, "batches": {}, "sweeps": sweeps}
     paths = plot(result, str(tmp_path))
     assert all(p.exists() and p.stat().st_size > 1000 for p in paths)
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_killed_bench_resumes_where_it_stopped(tiny_model_dir, shared_data, tmp_path):  # noqa: F811
+    out = tmp_path / "bench.json"
+    kw = dict(model_path=str(tiny_model_dir), dataset="sroie", data_dir=str(shared_data / "sroie"), batch_sizes=(1,),
+              limit=2, threads=1, sweeps=False, json_path=str(out), methods=("pip", "ar-forced"))
+
+    def dies_after_pip(msg):
+        if "ar-forced" in msg:
+            raise Killed
+
+    try:
+        bench(**kw, log=dies_after_pip)
+    except Killed:
+        pass
+    partial = json.loads((tmp_path / "bench.json.partial").read_text())
+    assert set(partial["batches"]["1"]["methods"]) == {"floor", "pip"} and not out.exists()
+    lines = []
+    result = bench(**kw, log=lines.append)
+    assert any("pip" in line and "previous run" in line for line in lines)
+    assert not any("ar-forced" in line and "previous run" in line for line in lines)
+    assert result["resumed"] and result["batches"]["1"]["methods"]["pip"] == partial["batches"]["1"]["methods"]["pip"]
+    assert set(result["batches"]["1"]["methods"]) == {"floor", "pip", "ar-forced"}
+    assert "floor_ratio" in result["batches"]["1"]["ratios"]
+    assert out.exists() and not (tmp_path / "bench.json.partial").exists()

@@ -35,9 +35,33 @@ def setup(tokenizer):
 def test_pip_forward_count(setup, refine):
     model, b = setup
     counter = CountingForward(model)
-    out = pip_decode(model, b, DOCS, [SCHEMA] * 3, refine_steps=refine)
+    out = pip_decode(model, b, DOCS, [SCHEMA] * 3, refine_steps=refine, split=False)
     assert counter.calls == 1 + refine
     assert [list(p) for p in out] == [SCHEMA.names] * 3
+
+
+@pytest.mark.parametrize("refine", [0, 1])
+def test_split_pass_runs_each_token_once(setup, refine):
+    """The split route: one call over the prefixes, one over the templates (+ one per refinement)."""
+    model, b = setup
+    seen = []
+    orig = model.forward
+    model.forward = lambda *a, **kw: (seen.append(kw["input_ids"].shape[1]), orig(*a, **kw))[1]
+    pip_decode(model, b, DOCS, [SCHEMA] * 3, refine_steps=refine, split=True)
+    encs = [b.pip(t, SCHEMA) for t in DOCS]
+    assert seen == [max(e.prefix_len for e in encs)] + [len(encs[0].input_ids) - encs[0].prefix_len] * (1 + refine)
+
+
+@pytest.mark.parametrize("refine", [0, 1])
+def test_split_pass_equals_one_pass(setup, refine):
+    model, b = setup
+    schemas = [SCHEMA, KeySchema.parse("total,address"), SCHEMA]
+    one = pip_decode(model, b, DOCS, schemas, refine_steps=refine, split=False)
+    two = pip_decode(model, b, DOCS, schemas, refine_steps=refine, split=True)
+    for p, q, schema in zip(one, two, schemas):
+        for k in schema.names:
+            assert p[k].tokens == q[k].tokens
+            assert abs(p[k].confidence - q[k].confidence) < 1e-4
 
 
 def test_pip_batched_equals_single(setup):

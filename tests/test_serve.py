@@ -149,6 +149,21 @@ def test_bad_content(client):
     assert client.get("/health").json()["status"] == "ok"
 
 
+def test_a_decoder_library_crash_is_the_documents_fault(client, monkeypatch):
+    """A malformed file that makes a decoder library raise something unexpected: 422, not 500."""
+    import struct
+
+    import pipkie.serve
+
+    def broken(*a, **kw):
+        raise struct.error("unpack requires a buffer of 4 bytes")
+
+    monkeypatch.setattr(pipkie.serve, "load_document", broken)
+    error(client.post("/extract", files={"file": ("r.png", b"\x89PNG....", "image/png")}), 422, "could not read",
+          "unpack requires")
+    assert client.get("/health").json()["status"] == "ok"
+
+
 # ---- batching and robustness ----------------------------------------------------------------------
 def record_calls(monkeypatch, extractor, delay=0.0, fail_on=None, exc=ValueError):
     calls = []

@@ -63,7 +63,7 @@ def _run(tokenizer, out, steps, every, kill_at=None):
         rng = random.Random(step)
         insts = [kv_instance(b, TEXT, VALUES, [KeySchema.parse("company,date,total")], objective="pip", rng=rng)
                  for _ in range(2)]
-        return collate(insts, b.pad_id, "pip")
+        return collate(insts, b.pad_id, end_id=b.end_id)
 
     train(cfg, model, make_batch, save=lambda p: None, pattern="prefix_causal")
     return [json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines()]

@@ -65,7 +65,7 @@ def train_tiny(tokenizer, objective: str, tmp_path, steps: int):
             text, values = make_doc(rng)
             insts.append(kv_instance(builder, text, values, [make_schema(rng), make_schema(rng)],
                                      objective=objective, rng=rng))
-        return collate(insts, builder.pad_id, objective)
+        return collate(insts, builder.pad_id)
 
     saved = []
     train(cfg, model, make_batch, save=saved.append, pattern="prefix_causal" if objective == "pip" else "causal")

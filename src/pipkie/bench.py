@@ -114,12 +114,21 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
                ar_model=ar_model_path or model_path,
                parameters=sum(p.numel() for p in model.parameters()), documents=len(docs))
     log(f"bench: {env}")
-    result = dict(env=env, batches={})
+    partial = Path(str(json_path) + ".partial") if json_path else None
+    result = _resume(partial, env, log) or dict(env=env, batches={})
+
+    def save():
+        if partial:
+            partial.write_text(json.dumps(result, indent=2) + "\n")
+
     for bs in batch_sizes:
         chunks = [texts[i: i + bs] for i in range(0, len(texts), bs)]
         gold = [docs[i: i + bs] for i in range(0, len(docs), bs)]
-        rows = {}
+        rows = result["batches"].setdefault(str(bs), dict(methods={}, ratios={}))["methods"]
         for method in ("floor",) + tuple(methods):
+            if method in rows:
+                log(f"  batch {bs} {method:<12} (from the previous run)")
+                continue
             m, b = (ar_model, ar_builder) if method.startswith("ar") else (model, builder)
             # warm-up on the first batch (allocator, kernels, caches)
             floor_pass(m, b, chunks[0], schema) if method == "floor" else \
@@ -144,6 +153,7 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
                                 anls=scores.summary()["anls"] if method != "floor" else None)
             log(f"  batch {bs} {method:<12} median {rows[method]['median_s']:.4f} s/doc  p90 {rows[method]['p90_s']:.4f}"
                 f"  tokens {tokens}  rss +{mem.mb:.0f} MB" + (f"  ANLS {rows[method]['anls']:.3f}" if method != "floor" else ""))
+            save()
         ratios = {}
         if "pip" in rows:
             for other in ("ar-free", "ar-forced"):
@@ -153,15 +163,32 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
                                                      if rows[other]["peak_rss_mb"] > 0 else None)
             ratios["floor_ratio"] = rows["pip"]["median_s"] / rows["floor"]["median_s"]
         result["batches"][str(bs)] = dict(methods=rows, ratios=ratios)
+        save()
         log(f"  batch {bs} ratios: " + ", ".join(f"{k}={v:.2f}" for k, v in ratios.items() if v is not None))
     if sweeps:
-        result["sweeps"] = run_sweeps(model, builder, pattern, batch_sizes, ar_model=ar_model, ar_builder=ar_builder,
-                                      log=log)
+        result.setdefault("sweeps", {"keys": {}, "value_length": {}})
+        run_sweeps(model, builder, pattern, batch_sizes, ar_model=ar_model, ar_builder=ar_builder, log=log,
+                   out=result["sweeps"], save=save)
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
+        if partial and partial.exists():
+            partial.unlink()
     if plot_dir:
         plot(result, plot_dir)
     return result
+
+
+def _resume(partial: Path | None, env: dict, log) -> dict | None:
+    """The previous run's partial result, if it measured the same setting (model, threads, documents)."""
+    if not partial or not partial.exists():
+        return None
+    prev = json.loads(partial.read_text())
+    if prev.get("env") != env:
+        log(f"  {partial} is from another setting: starting afresh")
+        return None
+    log(f"  resuming from {partial}")
+    prev["resumed"] = True  # methods measured before the restart keep their timings
+    return prev
 
 
 def _pct(xs, q):
@@ -177,17 +204,20 @@ def _synthetic_text(rng: random.Random, n_lines: int = 30) -> str:
 
 
 def run_sweeps(model, builder, pattern, batch_sizes, *, ar_model=None, ar_builder=None, keys=(1, 2, 4, 8, 16, 32),
-               lengths=(4, 8, 16, 32, 64), repeats: int = 3, log=print) -> dict:
+               lengths=(4, 8, 16, 32, 64), repeats: int = 3, log=print, out: dict | None = None, save=None) -> dict:
     """Speed-up of PIP over AR-forced (both producing the same number of value tokens) as the number
-    of keys and the value length grow."""
+    of keys and the value length grow. Points already in `out` (a resumed run) are kept; `save` is
+    called after each new point."""
     ar_model, ar_builder = ar_model or model, ar_builder or builder
     rng = random.Random(0)
     texts = [_synthetic_text(rng) for _ in range(max(batch_sizes))]
-    out = {"keys": {}, "value_length": {}}
+    out = out if out is not None else {"keys": {}, "value_length": {}}
     for bs in batch_sizes:
         for axis, grid in (("keys", keys), ("value_length", lengths)):
-            pts = []
+            pts = out[axis].setdefault(str(bs), [])
             for x in grid:
+                if any(p["x"] == x for p in pts):
+                    continue
                 n_keys, length = (x, 8) if axis == "keys" else (4, x)
                 schema = KeySchema(tuple(Key(f"field_{i}", max_tokens=length) for i in range(n_keys)))
                 batch = texts[:bs]
@@ -199,7 +229,8 @@ def run_sweeps(model, builder, pattern, batch_sizes, *, ar_model=None, ar_builde
                 p, a = statistics.median(t_pip), statistics.median(t_ar)
                 pts.append(dict(x=x, pip_s=p / bs, ar_forced_s=a / bs, speedup=a / p))
                 log(f"  sweep batch {bs} {axis}={x}: PIP {p / bs:.3f} s/doc, AR {a / bs:.3f} s/doc, ×{a / p:.1f}")
-            out[axis][str(bs)] = pts
+                if save:
+                    save()
     return out
 
 

@@ -116,7 +116,7 @@ class Extractor:
         for i in range(0, len(docs), batch_size):
             chunk = docs[i: i + batch_size]
             texts = [serialize(d) for d in chunk]
-            lengths = [len(self.builder._ids(t)) for t in texts]
+            lengths = [len(self.builder.document_ids(t)) for t in texts]
             t0 = time.perf_counter()
             with torch.inference_mode():
                 if decode == "pip":

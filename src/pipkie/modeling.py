@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from pipkie.copyhead import CopyHead, attach
 from pipkie.template import SPECIAL_TOKENS, TemplateBuilder, add_special_tokens
 
 SETTINGS_FILE = "pipkie.json"
@@ -37,6 +38,7 @@ class Settings:
     budgets: dict[str, int] = field(default_factory=dict)  # per-key mask budgets (from length stats)
     slot_tokens: int = 0  # distinct slot tokens <|pip_slot_j|> (0: one shared <|pip_mask|>)
     field_blocks: bool = False  # each field its own attention block (pipkie.template)
+    copy_head: bool = False  # slots mix the LM head with a pointer into the document (pipkie.copyhead)
     base: str | None = None  # base model of a LoRA adapter ("smollm2" or a path)
     keys: list[str] = field(default_factory=list)  # keys the model was fine-tuned on (the default)
 
@@ -133,13 +135,15 @@ def load_model(path: str | Path, *, dtype=torch.float32):
         tokenizer = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         add_tokens_to_model(model, tokenizer, settings.slot_tokens)
+    if settings.copy_head:
+        attach(model, CopyHead.load(path))
     model.eval()
     return model, tokenizer, settings
 
 
 def builder_for(tokenizer, settings: Settings, **overrides) -> TemplateBuilder:
     kw = dict(max_length=settings.max_length, budgets=settings.budgets, default_budget=settings.default_budget,
-              slot_tokens=settings.slot_tokens, field_blocks=settings.field_blocks)
+              slot_tokens=settings.slot_tokens, field_blocks=settings.field_blocks, copy=settings.copy_head)
     kw.update(overrides)
     return TemplateBuilder(tokenizer, **kw)
 

@@ -316,7 +316,9 @@ def create_app(extractor=None, *, max_batch: int = 8, max_wait_ms: float = 10, m
 
             if isinstance(e, OCREngineError):
                 raise ApiError(503, f"OCR engine unavailable: {e}") from None
-            raise
+            # a decoder library choking on a malformed file: the input's fault, not the server's
+            log.warning("document could not be read: %s: %s", type(e).__name__, e)
+            raise ApiError(422, f"could not read the document ({type(e).__name__}: {e})") from None
 
     async def _from_form(request: Request, body: bytes):
         try:

@@ -22,6 +22,11 @@ Two options make the one-pass problem easier for small models (both saved with t
   attention: a field's slots see the document and their own key only, so a field's answer never
   depends on which other keys were asked for.
 
+A third option serves the copy head (`copy=True`, pipkie.copyhead): every document line is
+tokenized with a leading space (`" " + line`), so a value's tokens (" " + value) appear verbatim in
+the document's token stream, across line breaks too once the line-break tokens are skipped
+(`copy_stream`).
+
 Values longer than a key's budget are cut to the budget in both paradigms, so PIP and AR learn
 and produce the same answers. A document that does not fit in `max_length` (with the template and,
 for AR, the value budgets) is truncated with a warning or refused, by option; the template is
@@ -98,12 +103,15 @@ class TemplateBuilder:
         instruction: str = INSTRUCTION,
         slot_tokens: int = 0,
         field_blocks: bool = False,
+        copy: bool = False,
     ):
         if on_overflow not in ("truncate", "error"):
             raise ValueError("on_overflow must be 'truncate' or 'error'")
         add_special_tokens(tokenizer, slot_tokens)
         self.tok = tokenizer
         self.field_blocks = field_blocks
+        self.copy = copy
+        self._newline_ids: set[int] | None = None
         self.max_length = max_length
         self.budgets = dict(budgets or {})
         self.default_budget = default_budget
@@ -146,10 +154,36 @@ class TemplateBuilder:
         """The AR prompt's list of requested keys (PIP's template names them already)."""
         return self._ids("\nkeys: " + ", ".join(schema.names))
 
+    def document_ids(self, text: str) -> list[int]:
+        """The document's tokens. With `copy`, every line starts with a space, so a word at the
+        start of a line is tokenized as it is inside a value (" BANDAR", not "BANDAR")."""
+        if self.copy:
+            text = " " + text.replace("\n", "\n ")
+        return self._ids(text)
+
+    @property
+    def newline_ids(self) -> set[int]:
+        """Tokens made of whitespace with a line break: left out of the copy stream."""
+        if self._newline_ids is None:
+            vocab = self.tok.get_vocab()
+            self._newline_ids = {i for t, i in vocab.items()
+                                 if "\n" in (s := self.tok.convert_tokens_to_string([t])) and not s.strip()}
+        return self._newline_ids
+
+    def copy_stream(self, ids: list[int], start: int, end: int) -> list[int]:
+        """Positions in `ids[start:end]` (the document) that a copy head may copy from."""
+        skip = self.newline_ids
+        return [p for p in range(start, end) if ids[p] not in skip]
+
+    def document_span(self, prefix_len: int, image: list[int] | None = None) -> tuple[int, int]:
+        """(start, end) of the document's tokens in a prefix of length prefix_len that ends with
+        <|pip_answer|>."""
+        return len(self.instruction_ids) + len(image or []), prefix_len - 1
+
     def prefix(self, text: str, reserved: int, answer: bool = True, image: list[int] | None = None) -> tuple[list[int], int]:
         """instruction (+ image tokens) + document (+ <|pip_answer|>), the document cut so that
         `reserved` more tokens fit. `image`: a vision-language model's image placeholder tokens."""
-        doc = self._ids(text)
+        doc = self.document_ids(text)
         head = self.instruction_ids + list(image or [])
         room = self.max_length - reserved - len(head) - int(answer)
         if room < 1:

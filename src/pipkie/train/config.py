@@ -14,6 +14,7 @@ class TrainConfig:
     pattern: str = "prefix_causal"  # attention of the mask block ("full" as in the reference work)
     slot_tokens: int = 0  # distinct <|pip_slot_j|> inputs per value slot (0: one shared mask token)
     field_blocks: bool = False  # each field its own bidirectional block (sees document + own key only)
+    copy_head: bool = False  # PIP: mix each slot's LM head with a pointer into the document (pipkie.copyhead)
     lora_r: int = 32  # LoRA rank on every linear layer; 0 = full fine-tuning (the compact track)
     lora_alpha: int = 64
     compact: dict = field(default_factory=lambda: dict(arch="qwen2", hidden=384, layers=6, heads=6, ffn=1536))
@@ -38,6 +39,7 @@ class TrainConfig:
     steps: int = 500
     batch_size: int = 4
     lr: float = 3e-4
+    head_lr: float = 2e-3  # the copy head starts from random weights: a larger step than the LoRA's
     warmup: int = 30
     schedule: str = "cosine"  # learning rate after warm-up: "cosine" (to 0 at `steps`) or "constant"
     weight_decay: float = 0.0

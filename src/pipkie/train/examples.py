@@ -21,10 +21,11 @@ k > 0 = answer block k) and the (position -> target) pairs that carry the loss.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from pipkie.copyhead import FieldSpan
 from pipkie.schema import Key, KeySchema
 from pipkie.template import IGNORE, TemplateBuilder
 
@@ -39,6 +40,9 @@ class Instance:
     pos: list[int]
     block: list[int]
     targets: list[int]  # IGNORE where no loss
+    # copy head (builder.copy): each field's slot positions, and the document's copy stream
+    fields: list[list[int]] = field(default_factory=list)
+    stream: list[int] = field(default_factory=list)
 
 
 def random_schemas(keys: list[str], rng: random.Random, n: int, key_dropout: float, absent: float) -> list[KeySchema]:
@@ -59,12 +63,16 @@ def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list
     prefix, _ = builder.prefix(text, reserved, answer=objective == "pip")
     n = len(prefix)
     inst = Instance(list(prefix), list(range(n)), [0] * n, [IGNORE] * n)
+    if builder.copy and objective == "pip":
+        inst.stream = builder.copy_stream(prefix, *builder.document_span(n))
     next_block = 1
     for b, schema in enumerate(schemas, start=1):
         if objective == "pip":
-            ids, _, targets, blocks = builder.pip_block(schema, values)
+            ids, slots, targets, blocks = builder.pip_block(schema, values, offset=len(inst.ids))
             blocks = [next_block - 1 + x for x in blocks]
-            if rng.random() < reveal:
+            if builder.copy:  # the copy loss needs every slot's target: nothing is revealed
+                inst.fields += [list(range(f.start, f.start + f.length)) for f in slots]
+            elif rng.random() < reveal:
                 ratio = rng.random()
                 for i, t in enumerate(targets):
                     if t != IGNORE and rng.random() < ratio:
@@ -86,7 +94,7 @@ def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list
 def mask_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, ratio: tuple[float, float],
                   max_block: int = 128) -> Instance:
     """Stage 1: reconstruct a masked tail of the document from its causal head."""
-    ids = builder.instruction_ids + builder._ids(text)[: builder.max_length - len(builder.instruction_ids) - 1]
+    ids = builder.instruction_ids + builder.document_ids(text)[: builder.max_length - len(builder.instruction_ids) - 1]
     tail = min(max_block, max(4, len(ids) // 3))
     cut = max(len(builder.instruction_ids) + 1, len(ids) - tail)
     head, block = ids[:cut] + [builder.answer_id], ids[cut:]
@@ -121,9 +129,14 @@ def copy_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, bl
     prefix, _ = builder.prefix(text, reserved=len(spans) * (budget + 24))
     n = len(prefix)
     inst = Instance(list(prefix), list(range(n)), [0] * n, [IGNORE] * n)
+    if builder.copy:
+        inst.stream = builder.copy_stream(prefix, *builder.document_span(n))
     for j, (key, value) in enumerate(spans, start=1):
         header = builder._ids(f"\n{key}:")
         v = builder.value_ids(value, budget)
+        if builder.copy:
+            start = len(inst.ids) + len(header)
+            inst.fields.append(list(range(start, start + budget)))
         ids = header + [builder.slot_input(t) for t in range(budget)]
         targets = [IGNORE] * len(header) + v + [builder.end_id] * (budget - len(v))
         inst.ids += ids
@@ -133,7 +146,7 @@ def copy_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, bl
     return inst
 
 
-def collate(instances: list[Instance], pad_id: int, objective: str, multiple: int = 64) -> dict[str, torch.Tensor]:
+def collate(instances: list[Instance], pad_id: int, *, end_id: int = -1, multiple: int = 64) -> dict:
     """Right-padded batch tensors; `keep` marks the positions whose logits are computed.
 
     The width is rounded up to a multiple of `multiple`: a handful of distinct shapes instead of
@@ -151,4 +164,10 @@ def collate(instances: list[Instance], pad_id: int, objective: str, multiple: in
         attn[i, :n] = 1
         tgt[i, :n] = torch.tensor(x.targets)
     keep = tgt != IGNORE
-    return dict(input_ids=ids, position_ids=pos, block_ids=block, attention_mask=attn, keep=keep, targets=tgt[keep])
+    batch = dict(input_ids=ids, position_ids=pos, block_ids=block, attention_mask=attn, keep=keep, targets=tgt[keep])
+    if any(x.fields for x in instances):
+        batch["copy_fields"] = [
+            FieldSpan(row=i, slots=torch.tensor(f), stream=torch.tensor(x.stream), end_id=end_id,
+                      stream_ids=torch.tensor([x.ids[p] for p in x.stream]), targets=torch.tensor([x.targets[p] for p in f]))
+            for i, x in enumerate(instances) for f in x.fields]
+    return batch

@@ -10,6 +10,7 @@ import json
 import random
 from pathlib import Path
 
+from pipkie.copyhead import CopyHead, attach, get_head
 from pipkie.data import read_dataset
 from pipkie.document import Document, serialize
 from pipkie.modeling import Settings, add_tokens_to_model, compact_config, load_model
@@ -53,6 +54,8 @@ def build_model(cfg: TrainConfig, corpus: list[str] | None = None):
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear",
                           trainable_token_indices={"embed_tokens": new_ids})
         model = get_peft_model(model, lora)
+    if cfg.copy_head and get_head(model) is None:  # (a stage-1 model brings its trained head)
+        attach(model, CopyHead(model.config.hidden_size))
     return model, tokenizer
 
 
@@ -66,7 +69,9 @@ def _saver(cfg: TrainConfig, model, tokenizer, objective: str):
         Settings(objective=objective, pattern=cfg.pattern if objective == "pip" else "causal",
                  max_length=cfg.max_length, default_budget=cfg.default_budget, budgets=dict(cfg.budgets),
                  base=cfg.base if cfg.lora_r else None, keys=list(cfg.keys), slot_tokens=cfg.slot_tokens,
-                 field_blocks=cfg.field_blocks).save(path)
+                 field_blocks=cfg.field_blocks, copy_head=cfg.copy_head).save(path)
+        if cfg.copy_head:
+            get_head(model).save(path)
 
     return save
 
@@ -88,7 +93,7 @@ def finetune(cfg: TrainConfig) -> dict:
     model, tokenizer = build_model(cfg, corpus=texts)
     builder = TemplateBuilder(tokenizer, max_length=cfg.max_length, budgets=cfg.budgets,
                               default_budget=cfg.default_budget, slot_tokens=cfg.slot_tokens,
-                              field_blocks=cfg.field_blocks)
+                              field_blocks=cfg.field_blocks, copy=cfg.copy_head)
     n_blocks = cfg.templates_per_doc if cfg.pattern != "full" else 1  # packing needs a causal prefix
 
     def make_batch(step: int):
@@ -99,7 +104,7 @@ def finetune(cfg: TrainConfig) -> dict:
             schemas = random_schemas(cfg.keys, rng, n_blocks, cfg.key_dropout, cfg.absent_keys)
             insts.append(kv_instance(builder, texts[i], values[i], schemas, objective=cfg.objective, rng=rng,
                                      reveal=cfg.reveal))
-        return collate(insts, builder.pad_id, cfg.objective)
+        return collate(insts, builder.pad_id, end_id=builder.end_id)
 
     pattern = cfg.pattern if cfg.objective == "pip" else "causal"
     summary = train(cfg, model, make_batch, save=_saver(cfg, model, tokenizer, cfg.objective), pattern=pattern)
@@ -118,7 +123,7 @@ def pretrain(cfg: TrainConfig) -> dict:
     model, tokenizer = build_model(cfg, corpus=texts)
     builder = TemplateBuilder(tokenizer, max_length=cfg.max_length, budgets=cfg.budgets,
                               default_budget=cfg.default_budget, slot_tokens=cfg.slot_tokens,
-                              field_blocks=cfg.field_blocks)
+                              field_blocks=cfg.field_blocks, copy=cfg.copy_head)
 
     def make_batch(step: int):
         rng = random.Random(cfg.seed * 1_000_003 + step)
@@ -132,7 +137,7 @@ def pretrain(cfg: TrainConfig) -> dict:
                 insts.append(copy_instance(builder, texts[i], rng=rng))
             else:
                 raise ValueError(f"unknown pretraining task {task!r} (mask or copy)")
-        return collate(insts, builder.pad_id, "mask")
+        return collate(insts, builder.pad_id, end_id=builder.end_id)
 
     return train(cfg, model, make_batch, save=_saver(cfg, model, tokenizer, "pip"), pattern=cfg.pattern)
 

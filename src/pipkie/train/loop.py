@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
 from pipkie.attention import build_attention_mask
+from pipkie.copyhead import field_nll, get_head
 from pipkie.train.config import TrainConfig
 
 CKPT = "checkpoint"
@@ -37,13 +38,22 @@ def trainable_state(model) -> dict[str, torch.Tensor]:
 
 
 def loss_on_batch(model, batch: dict, pattern: str) -> torch.Tensor:
-    """Cross-entropy at the `keep` positions only (logits are computed nowhere else)."""
+    """Cross-entropy at the `keep` positions only (logits are computed nowhere else); with a copy
+    head (`copy_fields` in the batch), the negative log-likelihood of the generate/copy mixture."""
     mask = build_attention_mask(model, pattern, batch["attention_mask"], query_length=batch["input_ids"].shape[1],
                                 block_ids=batch["block_ids"], position_ids=batch["position_ids"])
+    fields = batch.get("copy_fields")
     out = model(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"],
-                logits_to_keep=batch["keep"], use_cache=False)
+                logits_to_keep=batch["keep"], use_cache=False, output_hidden_states=bool(fields))
     logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
-    return F.cross_entropy(logits, batch["targets"])
+    if not fields:
+        return F.cross_entropy(logits, batch["targets"])
+    losses = F.cross_entropy(logits, batch["targets"], reduction="none")  # (N,) at every kept position
+    head, keep, hidden = get_head(model), batch["keep"], out.hidden_states[-1]
+    index = (keep.flatten().cumsum(0) - 1).view(keep.shape)  # (B, T) -> row of `logits`
+    rows = torch.cat([index[f.row, f.slots] for f in fields])
+    nll = torch.cat([field_nll(head, hidden, logits[index[f.row, f.slots]], f) for f in fields])
+    return losses.index_put((rows,), nll).mean()  # a copy field's slots: the mixture's NLL instead
 
 
 def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: Callable[[Path], None],
@@ -55,7 +65,12 @@ def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: C
     torch.manual_seed(cfg.seed)
     accel = Accelerator(mixed_precision="bf16" if cfg.bf16 else "no", cpu=not torch.cuda.is_available())
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    head = get_head(model)
+    head_ids = {id(p) for p in head.parameters()} if head is not None else set()
+    groups = [dict(params=[p for p in params if id(p) not in head_ids], lr=cfg.lr)]
+    if head_ids:
+        groups.append(dict(params=[p for p in params if id(p) in head_ids], lr=cfg.head_lr))
+    opt = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
     if cfg.schedule == "cosine":
         sched = get_cosine_schedule_with_warmup(opt, cfg.warmup, cfg.steps)
     elif cfg.schedule == "constant":
@@ -90,7 +105,7 @@ def _loop(cfg, model, opt, sched, accel, params, make_batch, pattern, log, start
     loss_ema = None
     for step in bar:
         t0 = time.time()
-        batch = {k: v.to(accel.device) for k, v in make_batch(step).items()}
+        batch = {k: v.to(accel.device) if torch.is_tensor(v) else v for k, v in make_batch(step).items()}
         with accel.autocast():
             loss = loss_on_batch(model, batch, pattern)
         if not math.isfinite(loss.item()):

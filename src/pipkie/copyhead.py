@@ -1,0 +1,156 @@
+"""Copy head: a pointer from each field's mask slots into the document ("PIP-copy").
+
+Plain PIP predicts slot j's token with the LM head alone, so slot j has to work out *where* in the
+document the j-th token of its value sits. Small models get that position slightly wrong and write
+shifted or repeated tokens (`193.00` → `19900`, `SDN SDN BHD BHD`). The copy head makes the
+alignment explicit while decoding stays one forward pass with an independent argmax per slot:
+
+- the document's *copy stream* is its tokens without the line-break tokens (lines are serialized
+  with a leading space, see `TemplateBuilder(copy=True)`), so a value spanning several lines, such
+  as an address, is one contiguous run of the stream, tokenized exactly as the value is;
+- the field's first slot points at where its value starts:
+  p_start(m) = softmax_m( q(h_slot0) · (k(h_m) + k'(h_m-1)) / sqrt(d) )  over stream positions m;
+- slot j copies the token j places further: p_copy_j(v) ∝ Σ_m p_start(m) · [stream[m + j] = v]
+  (over the starts m with m + j inside the stream);
+- a gate mixes the copy with the LM head: g_j · p_vocab_j + (1 − g_j) · p_copy_j, g_j = σ(w · h_j);
+  tokens that are not in the document (`unknown`, OCR variants of a value) come from the LM head;
+- the same slot points at where the value ends (the first stream token after it, or the end of the
+  document): p_end(e). Slot j is past the end with probability past_j = P(end ≤ start + j | end >
+  start) (start and end drawn independently), and then emits `<|pip_end|>`:
+  p_j = past_j · [v = end] + (1 − past_j) · (g_j · p_vocab_j + (1 − g_j) · p_copy_j).
+
+Training maximises the likelihood of the mixture, so every start consistent with a target token
+gets credit (no alignment labels are needed). h are the model's final hidden states (after its
+last norm, the input of the LM head).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+COPY_FILE = "copy_head.safetensors"
+
+
+class CopyHead(nn.Module):
+    def __init__(self, hidden: int, dim: int = 128):
+        super().__init__()
+        self.hidden, self.dim = hidden, dim
+        self.query = nn.Linear(hidden, dim)  # (H) -> (d): what the field's start looks like
+        self.key = nn.Linear(hidden, dim)  # (H) -> (d): what each document token offers
+        self.key_prev = nn.Linear(hidden, dim, bias=False)  # (H) -> (d): ... and the state before it
+        self.end_query = nn.Linear(hidden, dim)  # (H) -> (d): what the first token after the value looks like
+        self.gate = nn.Linear(hidden, 1)  # (H) -> 1: generate (1) or copy (0)
+
+    def span_logits(self, h_first_slot: torch.Tensor, h_stream: torch.Tensor, h_before: torch.Tensor):
+        """(H,), (M, H), (M, H) -> (M,) start scores and (M + 1,) end scores (the last one: the value
+        runs to the end of the document). h_before is the state of the token before each stream token:
+        in a causal LM the state that predicts it, which knows the left context a value starts after
+        (`TOTAL:`, `DATE`) and whether a line just ended."""
+        k = self.key(h_stream.float()) + self.key_prev(h_before.float())  # (M, d)
+        start = k @ self.query(h_first_slot.float()) / math.sqrt(self.dim)
+        end = k @ self.end_query(h_first_slot.float()) / math.sqrt(self.dim)
+        return start, torch.cat([end, end.new_zeros(1)])
+
+    def save(self, directory: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        state = {k: v.detach().float().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(Path(directory, COPY_FILE)), metadata={"hidden": str(self.hidden), "dim": str(self.dim)})
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "CopyHead":
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        path = str(Path(directory, COPY_FILE))
+        with safe_open(path, "pt") as f:
+            meta = f.metadata()
+        head = cls(int(meta["hidden"]), int(meta["dim"]))
+        head.load_state_dict(load_file(path))
+        return head.eval()
+
+
+def attach(model, head: CopyHead) -> None:
+    """Register the head on the model (as a submodule, so it trains, moves and checkpoints with it)."""
+    model.pipkie_copy = head
+
+
+def get_head(model) -> CopyHead | None:
+    return getattr(model, "pipkie_copy", None)
+
+
+@dataclass
+class FieldSpan:
+    """One field of one batch row: where its slots and the row's copy stream are."""
+
+    row: int
+    slots: torch.Tensor  # (K,) sequence positions of the value slots
+    stream: torch.Tensor  # (M,) sequence positions of the document's copy-stream tokens
+    stream_ids: torch.Tensor  # (M,) their token ids
+    end_id: int = -1  # the token that closes a value (<|pip_end|>)
+    targets: torch.Tensor | None = None  # (K,) value tokens (training)
+
+
+def _shifted(stream_ids: torch.Tensor, k: int) -> torch.Tensor:
+    """(M,) -> (M, K): out[m, j] = stream_ids[m + j], -1 past the end."""
+    padded = torch.cat([stream_ids, stream_ids.new_full((k,), -1)])
+    return padded.unfold(0, k, 1)[: len(stream_ids)]
+
+
+def _reach(p_start: torch.Tensor, shifted: torch.Tensor) -> torch.Tensor:
+    """(K,) start mass from which slot j still lands inside the stream: slot j's copy distribution
+    is renormalised over those starts."""
+    return (p_start @ (shifted >= 0).float()).clamp_min(1e-12)
+
+
+def _start_and_gate(head: CopyHead, hidden: torch.Tensor, f: FieldSpan):
+    """p_start (M,), gate (K,) and past (K,): the chance that slot j lies past the value's end."""
+    with torch.autocast(hidden.device.type, enabled=False):  # sums of probabilities: float32 throughout
+        return _start_and_gate_fp32(head, hidden[f.row].float(), f)
+
+
+def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan):
+    slots, stream = f.slots.to(h.device), f.stream.to(h.device)
+    start, end = head.span_logits(h[slots[0]], h[stream], h[(stream - 1).clamp_min(0)])
+    p_start, p_end = start.softmax(-1), end.softmax(-1)  # (M,), (M + 1,)
+    m, k = len(stream), len(slots)
+    # tail[i] = P(end > i), summed from the back so that small tails keep their precision; tail[M] = 0
+    tail = torch.cat([p_end.flip(0).cumsum(0).flip(0)[1:], p_end.new_zeros(1)])  # (M + 1,)
+    reach = (torch.arange(m, device=h.device)[:, None] + torch.arange(k, device=h.device)[None, :]).clamp_max(m)
+    after = tail[:m, None]  # P(end > start): ends at or before the start are ruled out (>= 1 token)
+    past = (p_start[:, None] * (after - tail[reach]) / after.clamp_min(1e-30)).sum(0).clamp(0.0, 1.0)
+    gate = torch.sigmoid(head.gate(h[slots])).squeeze(-1)  # (K,)
+    return p_start, gate, past
+
+
+def field_nll(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor, f: FieldSpan) -> torch.Tensor:
+    """(K,) negative log-likelihood of the field's targets under the mixture.
+    vocab_logits: (K, V) LM-head logits at the field's slots."""
+    p_start, gate, past = _start_and_gate(head, hidden, f)
+    targets = f.targets.to(hidden.device)
+    p_vocab = vocab_logits.float().softmax(-1).gather(-1, targets[:, None]).squeeze(-1)  # (K,)
+    shifted = _shifted(f.stream_ids.to(hidden.device), len(f.slots))  # (M, K)
+    p_copy = (p_start @ (shifted == targets[None, :]).float()) / _reach(p_start, shifted)  # (K,)
+    p = (1 - past) * (gate * p_vocab + (1 - gate) * p_copy) + past * (targets == f.end_id).float()
+    return -p.clamp_min(1e-12).log()
+
+
+def field_probs(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor, f: FieldSpan) -> torch.Tensor:
+    """(K, V) mixture distribution of each slot of the field."""
+    p_start, gate, past = _start_and_gate(head, hidden, f)
+    k = len(f.slots)
+    probs = vocab_logits.float().softmax(-1) * (gate * (1 - past))[:, None]
+    shifted = _shifted(f.stream_ids.to(hidden.device), k)  # (M, K)
+    valid = shifted >= 0
+    copy = torch.zeros_like(probs)
+    weight = p_start[:, None] * ((1 - gate) * (1 - past) / _reach(p_start, shifted))[None, :]  # (M, K)
+    cols = torch.arange(k, device=hidden.device).expand_as(shifted)
+    copy.index_put_((cols[valid], shifted[valid]), weight[valid], accumulate=True)
+    probs = probs + copy
+    probs[:, f.end_id] += past
+    return probs
