@@ -163,3 +163,31 @@ def test_stage1_span_copy_trains_the_head_next_to_masked_reconstruction(setup):
     assert torch.isfinite(loss) and batch["keep"].sum() > sum(len(f) for f in cp.fields)
     loss.backward()
     assert get_head(model).query.weight.grad is not None
+
+
+def test_refit_head_on_frozen_features(tokenizer, shared_data, tmp_path):
+    """Stage 2b end to end on a tiny model: features from the training split, the head refitted,
+    the best held-out epoch kept, the model with its new head written and loadable."""
+    from pipkie.modeling import Settings, load_model
+    from pipkie.train.headfit import refit_head
+
+    model = tiny_model(tokenizer, "llama", slot_tokens=6)
+    attach(model, CopyHead(model.config.hidden_size, dim=16))
+    src = tmp_path / "model"
+    model.save_pretrained(src)
+    tokenizer.save_pretrained(src)
+    Settings(budgets={"company": 6, "total": 6}, slot_tokens=6, field_blocks=True, copy_head=True, max_length=512,
+             keys=["company", "total"]).save(src)
+    get_head(model).save(src)
+    lines = []
+    summary = refit_head(model=str(src), output=str(tmp_path / "out"), data_dir=str(shared_data / "sroie"), limit=6,
+                         epochs=3, lr=1e-2, holdout=0.34, log=lines.append)
+    assert summary["held_out"] == 2 and summary["fields"] > 0 and len(summary["held_out_history"]) == 3
+    assert summary["nll_after"]["val"] == pytest.approx(min([summary["nll_before"]["val"]] + summary["held_out_history"]))
+    with pytest.raises(ValueError, match="test split"):
+        refit_head(model=str(src), output=str(tmp_path / "x"), data_dir=str(shared_data / "sroie"), split="test")
+    refit, _, settings = load_model(tmp_path / "out")
+    old, new = get_head(model).state_dict(), get_head(refit).state_dict()
+    assert settings.copy_head and (tmp_path / "out" / "headfit.json").exists()
+    if summary["nll_after"]["val"] < summary["nll_before"]["val"]:
+        assert any(not torch.equal(old[k], new[k]) for k in old)

@@ -35,10 +35,24 @@ from pipkie.schema import Key, KeySchema
 METHODS = ("pip", "pip-refine1", "pip-refine2", "ar-forced", "ar-free")
 
 
+def _release_memory() -> None:
+    """Return freed heap pages to the OS, so that each method's RSS peak starts from the same floor
+    (otherwise a method timed after another reuses its freed pages and shows no growth)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:  # not glibc
+        pass
+
+
 class PeakRSS:
     """Peak resident memory of this process while the block runs, minus the RSS at its start."""
 
     def __enter__(self):
+        _release_memory()
         self.base = self.peak = _rss()
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._watch, daemon=True)

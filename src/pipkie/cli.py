@@ -1,4 +1,4 @@
-"""One entry point: `pipkie pretrain | finetune | evaluate | bench | extract | explain | serve`."""
+"""One entry point: `pipkie pretrain | finetune | refit-head | evaluate | bench | extract | explain | serve`."""
 
 from __future__ import annotations
 
@@ -83,6 +83,23 @@ def pretrain(
     cfg = _train_config(config, opts)
     typer.echo(f"threads: {_threads(cfg.threads)}")
     typer.echo(json.dumps(run(cfg), indent=2))
+
+
+@app.command("refit-head")
+def refit_head(
+    model: str = typer.Option(..., help="a fine-tuned model with a copy head"),
+    output: str = typer.Option(..., help="where the model with the refitted head goes (may be --model)"),
+    dataset: str = "sroie", data_dir: str = typer.Option(..., help="the dataset's directory"), split: str = "train",
+    epochs: int = 20, lr: float = 1e-4, holdout: float = 0.1, seed: int = 0, limit: Optional[int] = None,
+    threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
+):
+    """Stage 2b: refit the copy head on frozen features of the training split (pipkie.train.headfit)."""
+    from pipkie.train.headfit import refit_head as run
+
+    n = _threads(threads)
+    typer.echo(f"threads: {n}")
+    typer.echo(json.dumps(run(model=model, output=output, dataset=dataset, data_dir=data_dir, split=split,
+                              epochs=epochs, lr=lr, holdout=holdout, seed=seed, threads=n, limit=limit), indent=2))
 
 
 @app.command()

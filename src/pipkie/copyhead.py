@@ -131,9 +131,15 @@ def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan):
 def field_nll(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor, f: FieldSpan) -> torch.Tensor:
     """(K,) negative log-likelihood of the field's targets under the mixture.
     vocab_logits: (K, V) LM-head logits at the field's slots."""
-    p_start, gate, past = _start_and_gate(head, hidden, f)
     targets = f.targets.to(hidden.device)
     p_vocab = vocab_logits.float().softmax(-1).gather(-1, targets[:, None]).squeeze(-1)  # (K,)
+    return field_nll_given(head, hidden, p_vocab, f)
+
+
+def field_nll_given(head: CopyHead, hidden: torch.Tensor, p_vocab: torch.Tensor, f: FieldSpan) -> torch.Tensor:
+    """field_nll with the LM head's probability of each target given: (K,) -> (K,)."""
+    p_start, gate, past = _start_and_gate(head, hidden, f)
+    targets = f.targets.to(hidden.device)
     shifted = _shifted(f.stream_ids.to(hidden.device), len(f.slots))  # (M, K)
     p_copy = (p_start @ (shifted == targets[None, :]).float()) / _reach(p_start, shifted)  # (K,)
     p = (1 - past) * (gate * p_vocab + (1 - gate) * p_copy) + past * (targets == f.end_id).float()
