@@ -6,7 +6,7 @@ from pathlib import Path
 
 src, dst = Path(sys.argv[1]), Path(sys.argv[2] if len(sys.argv) > 2 else "models/pipkie-sroie")
 keep = {"adapter_model.safetensors", "adapter_config.json", "model.safetensors", "config.json",
-        "generation_config.json", "tokenizer.json", "tokenizer_config.json", "pipkie.json", "copy_head.safetensors"}
+        "generation_config.json", "tokenizer.json", "tokenizer_config.json", "pipkie.json", "copy_head.safetensors", "headfit.json"}
 dst.mkdir(parents=True, exist_ok=True)
 for f in src.iterdir():
     if f.name in keep:
