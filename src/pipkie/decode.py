@@ -94,10 +94,10 @@ def mix_copy(model, builder: TemplateBuilder, encs: list[Encoded], logits: torch
     for r, e in enumerate(encs):
         start, end = builder.document_span(e.prefix_len, images[r] if images else None)
         stream = torch.tensor(builder.copy_stream(e.input_ids, start, end), dtype=torch.long)
+        stream_ids = torch.tensor(e.input_ids, dtype=torch.long)[stream]
         for f in e.fields:
             span = FieldSpan(row=r, slots=torch.arange(f.start, f.start + f.length) + offsets[r],
-                             stream=stream + offsets[r], stream_ids=torch.tensor(e.input_ids, dtype=torch.long)[stream],
-                             end_id=builder.end_id)
+                             stream=stream + offsets[r], stream_ids=stream_ids, end_id=builder.end_id)
             out.append(field_probs(head, hidden, logits[i: i + f.length], span))
             i += f.length
     return torch.cat(out)

@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from pipkie.attention import build_attention_mask
 from pipkie.copyhead import FieldSpan, field_nll_given, get_head
 from pipkie.data import read_dataset
 from pipkie.document import serialize
 from pipkie.modeling import builder_for, load_model
 from pipkie.train.examples import collate, kv_instance, random_schemas
+from pipkie.train.loop import forward_batch
 
 
 @dataclass
@@ -48,14 +48,8 @@ def collect(model, builder, texts: list[str], values: list[dict], keys: list[str
         schema = random_schemas(keys, rng, 1, 0.0, 0.5)
         inst = kv_instance(builder, text, vals, schema, objective="pip", rng=rng)
         batch = collate([inst], builder.pad_id, end_id=builder.end_id)
-        mask = build_attention_mask(model, "prefix_causal", batch["attention_mask"],
-                                    query_length=batch["input_ids"].shape[1], block_ids=batch["block_ids"],
-                                    position_ids=batch["position_ids"])
-        res = model(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"],
-                    logits_to_keep=batch["keep"], output_hidden_states=True)
-        logits = res.logits.reshape(-1, res.logits.shape[-1]).float()
-        index = (batch["keep"].flatten().cumsum(0) - 1).view(batch["keep"].shape)
-        hidden = res.hidden_states[-1].half()
+        logits, hidden, index = forward_batch(model, batch, "prefix_causal", hidden=True)
+        hidden = hidden.half()
         for f in batch["copy_fields"]:
             rows = logits[index[0, f.slots]]
             p = rows.softmax(-1).gather(-1, f.targets[:, None]).squeeze(-1)

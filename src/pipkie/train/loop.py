@@ -37,23 +37,30 @@ def trainable_state(model) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
+def forward_batch(model, batch: dict, pattern: str, hidden: bool = False):
+    """(logits at the `keep` positions (N, V), final hidden states or None, index (B, T) -> row of
+    the logits) for a training batch."""
+    mask = build_attention_mask(model, pattern, batch["attention_mask"], query_length=batch["input_ids"].shape[1],
+                                block_ids=batch["block_ids"], position_ids=batch["position_ids"])
+    out = model(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"],
+                logits_to_keep=batch["keep"], use_cache=False, output_hidden_states=hidden)
+    keep = batch["keep"]
+    index = (keep.flatten().cumsum(0) - 1).view(keep.shape)
+    return out.logits.reshape(-1, out.logits.shape[-1]).float(), out.hidden_states[-1] if hidden else None, index
+
+
 def loss_on_batch(model, batch: dict, pattern: str) -> torch.Tensor:
     """Cross-entropy at the `keep` positions only (logits are computed nowhere else); with a copy
     head (`copy_fields` in the batch), the negative log-likelihood of the generate/copy mixture."""
-    mask = build_attention_mask(model, pattern, batch["attention_mask"], query_length=batch["input_ids"].shape[1],
-                                block_ids=batch["block_ids"], position_ids=batch["position_ids"])
     fields = batch.get("copy_fields")
-    out = model(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"],
-                logits_to_keep=batch["keep"], use_cache=False, output_hidden_states=bool(fields))
-    logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
+    logits, hidden, index = forward_batch(model, batch, pattern, hidden=bool(fields))
     if not fields:
         return F.cross_entropy(logits, batch["targets"])
     losses = F.cross_entropy(logits, batch["targets"], reduction="none")  # (N,) at every kept position
-    head, keep, hidden = get_head(model), batch["keep"], out.hidden_states[-1]
-    index = (keep.flatten().cumsum(0) - 1).view(keep.shape)  # (B, T) -> row of `logits`
-    rows = torch.cat([index[f.row, f.slots] for f in fields])
-    nll = torch.cat([field_nll(head, hidden, logits[index[f.row, f.slots]], f) for f in fields])
-    return losses.index_put((rows,), nll).mean()  # a copy field's slots: the mixture's NLL instead
+    head = get_head(model)
+    rows = [index[f.row, f.slots] for f in fields]
+    nll = torch.cat([field_nll(head, hidden, logits[r], f) for r, f in zip(rows, fields)])
+    return losses.index_put((torch.cat(rows),), nll).mean()  # a copy field's slots: the mixture's NLL instead
 
 
 def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: Callable[[Path], None],
