@@ -103,3 +103,35 @@ def test_packed_blocks_are_isolated(tokenizer):
     assert m[3, 4] and m[4, 3] and m[3, 0]  # bidirectional in block 1, sees the prefix
     assert not m[5, 3] and not m[5, 4] and m[5, 6] and m[6, 5]  # block 2 blind to block 1
     assert not m[1, 2]  # prefix stays causal
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("pattern", ["causal", "prefix_causal", "full"])
+@pytest.mark.parametrize("cached", [False, True])
+def test_index_mask_equals_transformers_vmap_path(tokenizer, attn, pattern, cached):
+    """build_attention_mask broadcasts our predicates itself; the mask must be exactly the one
+    create_causal_mask builds by vmapping them (left padding, packed blocks, with and without a cache)."""
+    from transformers.cache_utils import DynamicCache
+    from transformers.masking_utils import create_causal_mask
+
+    from pipkie.attention import build_attention_mask, extra_pattern, isolated_template_blocks
+
+    model = tiny_model(tokenizer, attn=attn)
+    block = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 1, 2, 2], [0, 0, 0, 0, 1, 1, 2, 2, 2, 0]])
+    attn_mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1, 1, 0]])
+    past, cache = 0, None
+    if cached:
+        past, cache = 4, DynamicCache(config=model.config)
+        kv = torch.zeros(2, model.config.num_key_value_heads, past, model.config.hidden_size // model.config.num_attention_heads)
+        for layer in range(model.config.num_hidden_layers):
+            cache.update(kv, kv, layer)
+    q = attn_mask.shape[1] - past
+    pos = torch.arange(past, past + q)[None].expand(2, -1)
+    ours = build_attention_mask(model, pattern, attn_mask, query_length=q, block_ids=block, cache=cache, position_ids=pos)
+    ref = create_causal_mask(config=model.config, inputs_embeds=torch.empty(2, q, 1, dtype=model.dtype),
+                             attention_mask=attn_mask, cache=cache, position_ids=pos,
+                             or_mask_function=extra_pattern(pattern, block),
+                             and_mask_function=isolated_template_blocks(block) if pattern != "full" else None,
+                             allow_is_causal_skip=False)
+    assert ours.shape == ref.shape == (2, 1, q, attn_mask.shape[1])
+    assert torch.equal(ours, ref)

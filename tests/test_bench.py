@@ -20,6 +20,7 @@ def test_bench_reports_every_method_and_ratio(tiny_model_dir, shared_data, tmp_p
         ratios = result["batches"][bs]["ratios"]
         assert ratios["speedup_vs_ar-forced"] == rows["ar-forced"]["median_s"] / rows["pip"]["median_s"]
         assert ratios["floor_ratio"] == rows["pip"]["median_s"] / rows["floor"]["median_s"]
+        assert ratios["ceiling_vs_ar-forced"] == rows["ar-forced"]["median_s"] / rows["floor"]["median_s"]
     assert "| 1 | pip |" in markdown_table(result)
     assert (tmp_path / "plots" / "bench.md").exists()
 

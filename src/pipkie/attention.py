@@ -18,7 +18,8 @@ Patterns (`block_ids`: 0 for the causal prefix, k > 0 for the tokens of template
 from __future__ import annotations
 
 import torch
-from transformers.masking_utils import bidirectional_mask_function, create_causal_mask
+from transformers.masking_utils import (and_masks, bidirectional_mask_function, causal_mask_function,
+                                        create_causal_mask, eager_mask, or_masks, sdpa_mask)
 
 PATTERNS = ("causal", "prefix_causal", "full")
 
@@ -72,6 +73,18 @@ def build_attention_mask(
     """
     extra = extra_pattern(pattern, block_ids)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    isolate = isolated_template_blocks(block_ids) if block_ids is not None and pattern != "full" else None
+    builder = {"sdpa": sdpa_mask, "eager": eager_mask}.get(getattr(config, "_attn_implementation", None))
+    if builder is not None and (extra or isolate) and not getattr(config, "sliding_window", None):
+        # Our predicates are plain tensor indexing, so they broadcast over index grids directly.
+        # create_causal_mask would vmap them (it cannot know that): ~17 ms instead of ~0.3 ms for a
+        # 150 x 650 mask, a measurable share of a PIP pass (`pipkie bench`'s floor ratio).
+        predicate = or_masks(causal_mask_function, extra) if extra else causal_mask_function
+        return builder(batch_size=attention_mask.shape[0], q_length=query_length, kv_length=attention_mask.shape[1],
+                       q_offset=cache.get_seq_length() if cache is not None else 0, kv_offset=0,
+                       mask_function=and_masks(predicate, isolate) if isolate else predicate,
+                       attention_mask=attention_mask.bool(), allow_is_causal_skip=False, use_vmap=False,
+                       dtype=model.dtype, device=attention_mask.device)
     probe = torch.empty(attention_mask.shape[0], query_length, 1, dtype=model.dtype, device=attention_mask.device)
     return create_causal_mask(
         config=config,
@@ -80,6 +93,6 @@ def build_attention_mask(
         cache=cache,
         position_ids=position_ids,
         or_mask_function=extra,
-        and_mask_function=isolated_template_blocks(block_ids) if block_ids is not None and pattern != "full" else None,
+        and_mask_function=isolate,
         allow_is_causal_skip=False,
     )
