@@ -21,6 +21,8 @@ def test_bench_reports_every_method_and_ratio(tiny_model_dir, shared_data, tmp_p
         assert ratios["speedup_vs_ar-forced"] == rows["ar-forced"]["median_s"] / rows["pip"]["median_s"]
         assert ratios["floor_ratio"] == rows["pip"]["median_s"] / rows["floor"]["median_s"]
         assert ratios["ceiling_vs_ar-forced"] == rows["ar-forced"]["median_s"] / rows["floor"]["median_s"]
+        assert ratios["memory_vs_ar-free"] == rows["pip"]["footprint_mb"] / rows["ar-free"]["footprint_mb"]
+        assert rows["pip"]["footprint_mb"] > rows["pip"]["peak_rss_mb"] >= 0  # weights + working memory
     assert "| 1 | pip |" in markdown_table(result)
     assert (tmp_path / "plots" / "bench.md").exists()
 

@@ -87,10 +87,11 @@ def pip_forward(model, ids, attn, block_ids, keep, *, pattern: str, cache=None, 
 
 def mix_copy(model, builder: TemplateBuilder, encs: list[Encoded], logits: torch.Tensor, hidden: torch.Tensor,
              offsets: list[int], images=None) -> torch.Tensor:
-    """(number of slots, vocab): the copy head's generate/copy mixture (pipkie.copyhead) of each slot.
-    hidden: (batch, width, H); offsets[r]: where row r's input_ids[0] sits in that width."""
+    """(number of slots, vocab): the copy head's generate/copy mixture (pipkie.copyhead) of each slot,
+    written over `logits` (float32, consumed). hidden: (batch, width, H); offsets[r]: where row r's
+    input_ids[0] sits in that width."""
     head = get_head(model)
-    out, i = [], 0
+    i = 0
     for r, e in enumerate(encs):
         start, end = builder.document_span(e.prefix_len, images[r] if images else None)
         stream = torch.tensor(builder.copy_stream(e.input_ids, start, end), dtype=torch.long)
@@ -98,9 +99,10 @@ def mix_copy(model, builder: TemplateBuilder, encs: list[Encoded], logits: torch
         for f in e.fields:
             span = FieldSpan(row=r, slots=torch.arange(f.start, f.start + f.length) + offsets[r],
                              stream=stream + offsets[r], stream_ids=stream_ids, end_id=builder.end_id)
-            out.append(field_probs(head, hidden, logits[i: i + f.length], span))
+            rows = logits[i: i + f.length]
+            rows.copy_(field_probs(head, hidden, rows, span))  # over the logits: no second (slots, vocab) matrix
             i += f.length
-    return torch.cat(out)
+    return logits
 
 
 class OnePass:
