@@ -105,6 +105,46 @@ def test_save_load_round_trip(tmp_path):
         assert torch.equal(a, c), n
 
 
+def test_a_head_saved_without_the_length_prior_loads_with_a_flat_one(tmp_path):
+    from safetensors.torch import save_file
+
+    head = CopyHead(32, dim=8)
+    old = {k: v for k, v in head.state_dict().items() if not k.startswith("length.")}
+    save_file(old, str(tmp_path / "copy_head.safetensors"), metadata={"hidden": "32", "dim": "8"})
+    back = CopyHead.load(tmp_path)
+    assert torch.equal(back.length.weight, torch.zeros_like(back.length.weight))
+    save_file({k: v for k, v in old.items() if k != "gate.bias"}, str(tmp_path / "copy_head.safetensors"),
+              metadata={"hidden": "32", "dim": "8"})
+    with pytest.raises(ValueError, match="gate.bias"):
+        CopyHead.load(tmp_path)
+
+
+@pytest.mark.parametrize("start, expected", [(0, [0, 0, 0, 1, 1, 1]), (12, [0, 0, 0, 1, 1, 1]),
+                                             (18, [0, 0.5, 1, 1, 1, 1]), (19, [0, 1, 1, 1, 1, 1])])
+def test_the_length_prior_stops_a_value(start, expected):
+    """past_j = P(value length <= j | start): with flat end scores and a prior on length 3, slots 0-2
+    are inside the value and later slots past its end, wherever it starts; near the end of the
+    document a value cannot be longer than what is left (20 stream tokens, 6 slots; from token 18,
+    lengths 1 and 2 remain, equally likely)."""
+    from pipkie.copyhead import _start_and_gate
+
+    head = CopyHead(16, dim=8)
+    with torch.no_grad():
+        for layer in (head.query, head.key, head.key_prev, head.end_query):
+            layer.weight.zero_()
+            if layer.bias is not None:
+                layer.bias.zero_()
+        head.key.weight[0, 0] = 1.0  # start score = 100 * hidden[m, 0] / sqrt(d): pinned where it is 1
+        head.query.bias[0] = 100.0
+        head.length.bias[3] = 40.0
+    hidden = torch.zeros(1, 30, 16)
+    hidden[0, start, 0] = 1.0
+    span = FieldSpan(0, torch.arange(20, 26), torch.arange(0, 20), torch.arange(100, 120), end_id=5)
+    p_start, _, past = _start_and_gate(head, hidden, span)
+    assert p_start[start] > 0.999
+    assert torch.allclose(past, torch.tensor(expected, dtype=torch.float), atol=1e-3)
+
+
 def test_tiny_model_learns_to_copy_values_it_never_saw(tokenizer, tmp_path):
     """Copy task: `key: value` lines with random words; the value must be copied from the document.
     After a short training the copy head reads unseen values exactly."""

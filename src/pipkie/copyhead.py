@@ -14,10 +14,16 @@ alignment explicit while decoding stays one forward pass with an independent arg
   (over the starts m with m + j inside the stream);
 - a gate mixes the copy with the LM head: g_j · p_vocab_j + (1 − g_j) · p_copy_j, g_j = σ(w · h_j);
   tokens that are not in the document (`unknown`, OCR variants of a value) come from the LM head;
-- the same slot points at where the value ends (the first stream token after it, or the end of the
-  document): p_end(e). Slot j is past the end with probability past_j = P(end ≤ start + j | end >
-  start) (start and end drawn independently), and then emits `<|pip_end|>`:
+- the same slot says how long the value is, given where it starts: for a start m, the value has
+  length L = 1…K (K slots) with p(L | m) ∝ exp( q_end(h_slot0) · k(m + L) / sqrt(d) + prior_L ),
+  where k(m + L) describes the first stream token after the value (or the end of the document) and
+  prior = W h_slot0 is a length prior for the field (a date is ~11 tokens, a total ~6), or it is
+  longer than its K slots (one more class, the value is cut). Slot j is past the end with
+  probability past_j = Σ_m p_start(m) P(L ≤ j | m), and then emits `<|pip_end|>`:
   p_j = past_j · [v = end] + (1 − past_j) · (g_j · p_vocab_j + (1 − g_j) · p_copy_j).
+  (A first version pointed at the end anywhere in the document, independently of the start: its
+  mass went mostly to positions before the start, which conditioning on the start discards, and the
+  rest was too flat to stop values on time: `20/11/2017 B`.)
 
 Training maximises the likelihood of the mixture, so every start consistent with a target token
 gets credit (no alignment labels are needed). h are the model's final hidden states (after its
@@ -34,6 +40,7 @@ import torch
 import torch.nn as nn
 
 COPY_FILE = "copy_head.safetensors"
+MAX_LENGTH = 64  # value lengths with their own prior; longer ones share the last entry
 
 
 class CopyHead(nn.Module):
@@ -45,6 +52,9 @@ class CopyHead(nn.Module):
         self.key_prev = nn.Linear(hidden, dim, bias=False)  # (H) -> (d): ... and the state before it
         self.end_query = nn.Linear(hidden, dim)  # (H) -> (d): what the first token after the value looks like
         self.gate = nn.Linear(hidden, 1)  # (H) -> 1: generate (1) or copy (0)
+        self.length = nn.Linear(hidden, MAX_LENGTH + 1)  # (H) -> (1 + L): [longer than the slots, 1, 2, ...]
+        nn.init.zeros_(self.length.weight)  # a flat prior to start from (and for heads saved without one)
+        nn.init.zeros_(self.length.bias)
 
     def span_logits(self, h_first_slot: torch.Tensor, h_stream: torch.Tensor, h_before: torch.Tensor):
         """(H,), (M, H), (M, H) -> (M,) start scores and (M + 1,) end scores (the last one: the value
@@ -71,7 +81,12 @@ class CopyHead(nn.Module):
         with safe_open(path, "pt") as f:
             meta = f.metadata()
         head = cls(int(meta["hidden"]), int(meta["dim"]))
-        head.load_state_dict(load_file(path))
+        state = load_file(path)
+        missing = head.load_state_dict(state, strict=False).missing_keys
+        if set(missing) - {"length.weight", "length.bias"}:
+            raise ValueError(f"{path}: not a pipkie copy head (missing {missing})")
+        # a head saved before the length prior keeps the flat one it starts from: refit it
+        # (`pipkie refit-head`) for the prior to be learned
         return head.eval()
 
 
@@ -117,13 +132,18 @@ def _start_and_gate(head: CopyHead, hidden: torch.Tensor, f: FieldSpan):
 def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan):
     slots, stream = f.slots.to(h.device), f.stream.to(h.device)
     start, end = head.span_logits(h[slots[0]], h[stream], h[(stream - 1).clamp_min(0)])
-    p_start, p_end = start.softmax(-1), end.softmax(-1)  # (M,), (M + 1,)
+    p_start = start.softmax(-1)  # (M,)
     m, k = len(stream), len(slots)
-    # tail[i] = P(end > i), summed from the back so that small tails keep their precision; tail[M] = 0
-    tail = torch.cat([p_end.flip(0).cumsum(0).flip(0)[1:], p_end.new_zeros(1)])  # (M + 1,)
-    reach = (torch.arange(m, device=h.device)[:, None] + torch.arange(k, device=h.device)[None, :]).clamp_max(m)
-    after = tail[:m, None]  # P(end > start): ends at or before the start are ruled out (>= 1 token)
-    past = (p_start[:, None] * (after - tail[reach]) / after.clamp_min(1e-30)).sum(0).clamp(0.0, 1.0)
+    prior = head.length(h[slots[0]])  # (1 + MAX_LENGTH,)
+    lengths = torch.arange(1, k + 1, device=h.device)  # (K,)
+    after = torch.arange(m, device=h.device)[:, None] + lengths[None, :]  # (M, K): the end for start m, length L
+    scores = end[after.clamp_max(m)] + prior[lengths.clamp_max(MAX_LENGTH)][None, :]  # (M, K)
+    scores = scores.masked_fill(after > m, float("-inf"))  # cannot end past the end of the document
+    longer = prior[0].expand(m, 1).masked_fill(after[:, -1:] >= m, float("-inf"))  # (M, 1): more than K tokens
+    p_len = torch.cat([longer, scores], dim=1).softmax(-1)[:, 1:]  # (M, K): P(L | start m)
+    # slot j is past the end when L <= j: slot 0 never is (a value has at least one token)
+    cdf = torch.cat([p_len.new_zeros(m, 1), p_len.cumsum(-1)[:, :-1]], dim=1)  # (M, K)
+    past = (p_start @ cdf).clamp(0.0, 1.0)
     gate = torch.sigmoid(head.gate(h[slots])).squeeze(-1)  # (K,)
     return p_start, gate, past
 

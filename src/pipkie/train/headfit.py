@@ -86,7 +86,10 @@ def refit_head(*, model: str, output: str, dataset: str = "sroie", data_dir: str
     before = dict(train=mean_nll(head, train), val=mean_nll(head, val))
     log(f"copy head NLL before: train {before['train']:.4f}, held-out {before['val']:.4f}")
     head.train()
-    opt = torch.optim.AdamW(head.parameters(), lr=lr)
+    # the length prior may start from zero (a head trained before it existed): a larger step for it
+    prior = list(head.length.parameters())
+    rest = [p for n, p in head.named_parameters() if not n.startswith("length.")]
+    opt = torch.optim.AdamW([dict(params=rest, lr=lr), dict(params=prior, lr=10 * lr)])
     rng = random.Random(seed)
     best, best_state, history = before["val"], {k: v.clone() for k, v in head.state_dict().items()}, []
     for epoch in range(epochs):
