@@ -108,3 +108,26 @@ def test_copy_instance_targets_are_the_span_after_the_key(tokenizer):
         key = tokenizer.decode(ids[: ids.index(b.slot_input(0))]).strip().rstrip(":")
         value = b.decode_value(tg)
         assert (key + " " + value) in text  # the value is the span right after the key words
+
+
+def test_a_fully_finetuned_model_saves_its_copy_head_once(tokenizer, tmp_path):
+    """Full fine-tuning (the compact track) saves the copy head to its own file only: the model's
+    weights file stays a plain checkpoint of the architecture, and both load back."""
+    from safetensors import safe_open
+
+    from pipkie.copyhead import CopyHead, attach, get_head
+    from pipkie.modeling import load_model
+    from pipkie.train.config import TrainConfig
+    from pipkie.train.finetune import _saver
+    from tests.conftest import tiny_model
+
+    model = tiny_model(tokenizer, slot_tokens=4)
+    attach(model, CopyHead(model.config.hidden_size, dim=8))
+    cfg = TrainConfig(base="somewhere", lora_r=0, copy_head=True, slot_tokens=4, field_blocks=True)
+    _saver(cfg, model, tokenizer, "pip")(tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        assert f.keys() and not [k for k in f.keys() if k.startswith("pipkie_copy.")]
+    back, _, settings = load_model(tmp_path)
+    assert settings.copy_head
+    for k, v in get_head(model).state_dict().items():
+        assert torch.equal(v, get_head(back).state_dict()[k]), k

@@ -62,7 +62,11 @@ def build_model(cfg: TrainConfig, corpus: list[str] | None = None):
 def _saver(cfg: TrainConfig, model, tokenizer, objective: str):
     def save(path: Path):
         path.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(path, **({"save_embedding_layers": False} if cfg.lora_r else {}))
+        if cfg.lora_r:
+            model.save_pretrained(path, save_embedding_layers=False)
+        else:  # the copy head is a submodule: it goes to its own file, not into the model's weights
+            model.save_pretrained(path, state_dict={k: v for k, v in model.state_dict().items()
+                                                    if not k.startswith("pipkie_copy.")})
         tokenizer.save_pretrained(path)
         if cfg.base == "compact":  # keep our trained BPE rules: without this, AutoTokenizer would pick
             _pin_tokenizer_class(path)  # the architecture's own tokenizer class on reload
