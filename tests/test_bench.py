@@ -47,23 +47,30 @@ class Killed(Exception):
 def test_a_killed_bench_resumes_where_it_stopped(tiny_model_dir, shared_data, tmp_path):  # noqa: F811
     out = tmp_path / "bench.json"
     kw = dict(model_path=str(tiny_model_dir), dataset="sroie", data_dir=str(shared_data / "sroie"), batch_sizes=(1,),
-              limit=2, threads=1, sweeps=False, json_path=str(out), methods=("pip", "ar-forced"))
+              limit=3, threads=1, sweeps=False, json_path=str(out), methods=("pip", "ar-forced"))
 
-    def dies_after_pip(msg):
-        if "ar-forced" in msg:
+    def dies_after_the_first_batch(msg):
+        if "1/3 batches" in msg:
             raise Killed
 
     try:
-        bench(**kw, log=dies_after_pip)
+        bench(**kw, log=dies_after_the_first_batch)
     except Killed:
         pass
     partial = json.loads((tmp_path / "bench.json.partial").read_text())
-    assert set(partial["batches"]["1"]["methods"]) == {"floor", "pip"} and not out.exists()
+    first = partial["batches"]["1"]
+    assert first["done"] == 1 and not out.exists()
+    assert all(len(first["raw"][m]["times"]) == 1 for m in ("floor", "pip", "ar-forced"))
+    assert len(first["raw"]["pip"]["preds"]) == 1  # kept for the accuracy of the resumed run
     lines = []
     result = bench(**kw, log=lines.append)
-    assert any("pip" in line and "previous run" in line for line in lines)
-    assert not any("ar-forced" in line and "previous run" in line for line in lines)
-    assert result["resumed"] and result["batches"]["1"]["methods"]["pip"] == partial["batches"]["1"]["methods"]["pip"]
-    assert set(result["batches"]["1"]["methods"]) == {"floor", "pip", "ar-forced"}
+    assert result["resumed"] and any("resuming" in line for line in lines)
+    assert not any("1/3 batches" in line for line in lines) and any("3/3 batches" in line for line in lines)
+    raw = result["batches"]["1"]["raw"]
+    for m in ("floor", "pip", "ar-forced"):  # the batch measured before the kill is kept, not re-run
+        assert len(raw[m]["times"]) == 3 and raw[m]["times"][0] == first["raw"][m]["times"][0]
+        assert "preds" not in raw[m]
+    rows = result["batches"]["1"]["methods"]
+    assert set(rows) == {"floor", "pip", "ar-forced"} and 0 <= rows["pip"]["anls"] <= 1
     assert "floor_ratio" in result["batches"]["1"]["ratios"]
     assert out.exists() and not (tmp_path / "bench.json.partial").exists()

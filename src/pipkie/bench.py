@@ -1,6 +1,8 @@
 """`pipkie bench`: speed and memory of PIP against AR decoding, side by side, in one process.
 
-For each batch size, on the same documents and after a warm-up, every method is timed:
+For each batch size, on the same documents and after a warm-up, every method is timed, batch by
+batch in a rotating order (a background load weighs on all methods alike; a killed run resumes at
+the next batch):
 PIP (one pass), PIP + refine 1 and 2, AR forced-template, AR free; plus the *floor*: one plain
 causal forward pass over an input as long as PIP's (document + template), the cost PIP cannot go
 below. Reported per method: median and p90 seconds per document, tokens predicted/generated,
@@ -109,6 +111,35 @@ def floor_pass(model, builder, texts, schema) -> None:
     model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), logits_to_keep=1, use_cache=False)
 
 
+def _pick(method: str, model, builder, ar_model, ar_builder):
+    return (ar_model, ar_builder) if method.startswith("ar") else (model, builder)
+
+
+def _measure(m, b, chunk, schema, method: str, pattern: str):
+    """(seconds, predictions or None, tokens, peak RSS growth in MB) of one batch with one method."""
+    with PeakRSS() as mem:
+        if method == "floor":
+            (dt, _), preds, n = _time(floor_pass, m, b, chunk, schema), None, 0
+        else:
+            dt, (preds, n) = _time(run_method, m, b, chunk, schema, method, pattern)
+    return dt, preds, n, mem.mb
+
+
+def _summarize(raw: dict, docs, schema, model, *, scored: bool) -> dict:
+    per_doc, total = raw["times"], sum(raw["times"])
+    anls = None
+    if scored:
+        scores = Scores()
+        for d, p in zip(docs, raw["preds"]):
+            scores.add_document(p, {k: d.fields.get(k) for k in schema.names}, schema.names)
+        anls = scores.summary()["anls"]
+    return dict(median_s=statistics.median(per_doc), p90_s=_pct(per_doc, 0.9), total_s=total, tokens=raw["tokens"],
+                tokens_per_s=raw["tokens"] / total if total else 0.0, peak_rss_mb=round(raw["rss_mb"], 1),
+                footprint_mb=round(_weights_mb(model) + raw["rss_mb"], 1),
+                cuda_peak_mb=torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
+                anls=anls)
+
+
 def _time(fn, *a):
     t0 = time.perf_counter()
     out = fn(*a)
@@ -146,39 +177,40 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
         if partial:
             partial.write_text(json.dumps(result, indent=2) + "\n")
 
+    names = ("floor",) + tuple(methods)
     for bs in batch_sizes:
         chunks = [texts[i: i + bs] for i in range(0, len(texts), bs)]
-        gold = [docs[i: i + bs] for i in range(0, len(docs), bs)]
-        rows = result["batches"].setdefault(str(bs), dict(methods={}, ratios={}))["methods"]
-        for method in ("floor",) + tuple(methods):
-            if method in rows:
-                log(f"  batch {bs} {method:<12} (from the previous run)")
-                continue
-            m, b = (ar_model, ar_builder) if method.startswith("ar") else (model, builder)
-            # warm-up on the first batch (allocator, kernels, caches)
-            floor_pass(m, b, chunks[0], schema) if method == "floor" else \
-                run_method(m, b, chunks[0], schema, method, pattern)
-            per_doc, tokens, scores = [], 0, Scores()
-            with PeakRSS() as mem:
-                for chunk, gchunk in zip(chunks, gold):
-                    if method == "floor":
-                        dt, _ = _time(floor_pass, m, b, chunk, schema)
-                    else:
-                        dt, (preds, n) = _time(run_method, m, b, chunk, schema, method, pattern)
-                        tokens += n
-                        for d, p in zip(gchunk, preds):
-                            scores.add_document({k: f.value for k, f in p.items()},
-                                                {k: d.fields.get(k) for k in schema.names}, schema.names)
-                    per_doc += [dt / len(chunk)] * len(chunk)
-            total = sum(per_doc)
-            rows[method] = dict(median_s=statistics.median(per_doc), p90_s=_pct(per_doc, 0.9), total_s=total,
-                                tokens=tokens, tokens_per_s=tokens / total if total else 0.0,
-                                peak_rss_mb=round(mem.mb, 1), footprint_mb=round(_weights_mb(m) + mem.mb, 1),
-                                cuda_peak_mb=torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
-                                anls=scores.summary()["anls"] if method != "floor" else None)
-            log(f"  batch {bs} {method:<12} median {rows[method]['median_s']:.4f} s/doc  p90 {rows[method]['p90_s']:.4f}"
-                f"  tokens {tokens}  rss +{mem.mb:.0f} MB" + (f"  ANLS {rows[method]['anls']:.3f}" if method != "floor" else ""))
+        block = result["batches"].setdefault(str(bs), dict(methods={}, ratios={}, done=0, raw={}))
+        raw = block["raw"]
+        for name in names:
+            raw.setdefault(name, dict(times=[], tokens=0, rss_mb=0.0, preds=[]))
+        if block["done"] < len(chunks):
+            for name in names:  # warm-up on the first batch (allocator, kernels, caches)
+                _measure(*_pick(name, model, builder, ar_model, ar_builder), chunks[0], schema, name, pattern)
+        elif block["done"]:
+            log(f"  batch {bs}: measured in the previous run")
+        # Methods are interleaved batch by batch (in a rotating order), so that a background load
+        # that comes and goes weighs on every method alike and the ratios stay paired.
+        for ci in range(block["done"], len(chunks)):
+            turn = ci % len(names)
+            for name in names[turn:] + names[:turn]:
+                dt, preds, n, mb = _measure(*_pick(name, model, builder, ar_model, ar_builder), chunks[ci], schema,
+                                            name, pattern)
+                r = raw[name]
+                r["times"] += [dt / len(chunks[ci])] * len(chunks[ci])
+                r["tokens"] += n
+                r["rss_mb"] = max(r["rss_mb"], mb)
+                r["preds"] += [{k: f.value for k, f in p.items()} for p in preds or []]
+            block["done"] = ci + 1
             save()
+            log(f"  batch {bs}: {ci + 1}/{len(chunks)} batches measured")
+        rows = block["methods"]
+        for name in names:
+            m = _pick(name, model, builder, ar_model, ar_builder)[0]
+            rows[name] = _summarize(raw[name], docs, schema, m, scored=name != "floor")
+            r = rows[name]
+            log(f"  batch {bs} {name:<12} median {r['median_s']:.4f} s/doc  p90 {r['p90_s']:.4f}  tokens {r['tokens']}"
+                f"  rss +{r['peak_rss_mb']:.0f} MB" + (f"  ANLS {r['anls']:.3f}" if r["anls"] is not None else ""))
         ratios = {}
         if "pip" in rows:
             for other in ("ar-free", "ar-forced"):
@@ -192,7 +224,7 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
                     ratios[f"working_memory_vs_{other}"] = (rows["pip"]["peak_rss_mb"] / rows[other]["peak_rss_mb"]
                                                              if rows[other]["peak_rss_mb"] > 0 else None)
             ratios["floor_ratio"] = rows["pip"]["median_s"] / rows["floor"]["median_s"]
-        result["batches"][str(bs)] = dict(methods=rows, ratios=ratios)
+        block["ratios"] = ratios
         save()
         log(f"  batch {bs} ratios: " + ", ".join(f"{k}={v:.2f}" for k, v in ratios.items() if v is not None))
     if sweeps:
@@ -200,6 +232,9 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
         run_sweeps(model, builder, pattern, batch_sizes, ar_model=ar_model, ar_builder=ar_builder, log=log,
                    out=result["sweeps"], save=save)
     if json_path:
+        for block in result["batches"].values():  # per-document times stay; predictions were for resuming
+            for r in block.get("raw", {}).values():
+                r.pop("preds", None)
         Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
         if partial and partial.exists():
             partial.unlink()
@@ -217,7 +252,7 @@ def _resume(partial: Path | None, env: dict, log) -> dict | None:
         log(f"  {partial} is from another setting: starting afresh")
         return None
     log(f"  resuming from {partial}")
-    prev["resumed"] = True  # methods measured before the restart keep their timings
+    prev["resumed"] = True  # batches measured before the restart keep their timings
     return prev
 
 
