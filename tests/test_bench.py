@@ -1,6 +1,7 @@
 """The benchmark runs every method side by side and computes its ratios (timings never asserted)."""
 
 import json
+import statistics
 
 from pipkie.bench import bench, markdown_table
 from tests.test_extract import tiny_model_dir  # noqa: F401  (session fixture)
@@ -21,6 +22,8 @@ def test_bench_reports_every_method_and_ratio(tiny_model_dir, shared_data, tmp_p
         assert ratios["speedup_vs_ar-forced"] == rows["ar-forced"]["median_s"] / rows["pip"]["median_s"]
         assert ratios["floor_ratio"] == rows["pip"]["median_s"] / rows["floor"]["median_s"]
         assert ratios["ceiling_vs_ar-forced"] == rows["ar-forced"]["median_s"] / rows["floor"]["median_s"]
+        raw = result["batches"][bs]["raw"]
+        assert ratios["floor_ratio_paired"] == statistics.median(p / f for p, f in zip(raw["pip"]["times"], raw["floor"]["times"]))
         assert ratios["memory_vs_ar-free"] == rows["pip"]["footprint_mb"] / rows["ar-free"]["footprint_mb"]
         assert rows["pip"]["footprint_mb"] > rows["pip"]["peak_rss_mb"] >= 0  # weights + working memory
     assert "| 1 | pip |" in markdown_table(result)

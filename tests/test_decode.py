@@ -104,3 +104,30 @@ def test_parse_free_answer(tokenizer):
     assert out["company"].value == "apple berry" and out["company"].confidence == pytest.approx(0.5)
     assert out["total"].value is None and out["total"].confidence > 0  # written as `unknown`
     assert out["date"].value is None and out["date"].confidence == 0  # never written
+
+
+def test_padded_vocabulary_changes_no_output(tokenizer):
+    """pad_vocabulary (inference: the LM head's rows padded to a multiple of 64 for fast GEMMs) must
+    give the same logits, the same PIP predictions and the same AR answers."""
+    import copy
+
+    from pipkie.copyhead import CopyHead, attach
+    from pipkie.modeling import VocabSlice, pad_vocabulary
+
+    model = tiny_model(tokenizer, slot_tokens=4)
+    attach(model, CopyHead(model.config.hidden_size, dim=8).eval())
+    n = model.get_output_embeddings().weight.shape[0]
+    assert n % 64  # the tiny vocabulary is not a multiple of 64: the test pads something
+    padded = copy.deepcopy(model)
+    pad_vocabulary(padded)
+    assert isinstance(padded.get_output_embeddings(), VocabSlice)
+    assert padded.get_input_embeddings().weight.shape[0] % 64 == 0
+    ids = torch.tensor([tokenizer("apple berry 12/3 cedar").input_ids])
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, padded(input_ids=ids).logits)
+    b = TemplateBuilder(tokenizer, max_length=160, default_budget=4, slot_tokens=4, field_blocks=True, copy=True)
+    texts, schemas = DOCS[:2], [SCHEMA, SCHEMA]
+    for got, want in zip(pip_decode(padded, b, texts, schemas), pip_decode(model, b, texts, schemas)):
+        assert {k: (f.tokens, f.confidence) for k, f in got.items()} == {k: (f.tokens, f.confidence) for k, f in want.items()}
+    for mode in ("free", "forced"):
+        assert ar_decode(padded, b, texts, schemas, mode=mode) == ar_decode(model, b, texts, schemas, mode=mode)

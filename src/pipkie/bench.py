@@ -150,14 +150,14 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
           limit: int = 32, threads: int = 1, methods=METHODS, sweeps: bool = True, json_path: str | None = None,
           plot_dir: str | None = None, log=print) -> dict:
     torch.set_num_threads(threads)
-    model, tokenizer, settings = load_model(model_path)
+    model, tokenizer, settings = load_model(model_path, pad_vocab=True)
     builder = builder_for(tokenizer, settings)
     pattern = settings.pattern if settings.objective == "pip" else "prefix_causal"
     # AR methods run on the AR baseline (same architecture, trained causally on the same data) when
     # given, so their generated lengths and accuracy are those of a real AR extractor.
     ar_model, ar_builder = model, builder
     if ar_model_path:
-        ar_model, ar_tok, ar_settings = load_model(ar_model_path)
+        ar_model, ar_tok, ar_settings = load_model(ar_model_path, pad_vocab=True)
         ar_builder = builder_for(ar_tok, ar_settings)
     docs = list(read_dataset(dataset, data_dir, split, limit=limit))
     schema = KeySchema.parse(settings.keys or sorted({k for d in docs for k in d.fields}))
@@ -224,6 +224,13 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
                     ratios[f"working_memory_vs_{other}"] = (rows["pip"]["peak_rss_mb"] / rows[other]["peak_rss_mb"]
                                                              if rows[other]["peak_rss_mb"] > 0 else None)
             ratios["floor_ratio"] = rows["pip"]["median_s"] / rows["floor"]["median_s"]
+            # paired: the median over batches of the two methods' times on that same batch (measured
+            # back to back), robust to a background load that comes and goes
+            for other, key in (("floor", "floor_ratio_paired"), ("ar-free", "speedup_vs_ar-free_paired"),
+                               ("ar-forced", "speedup_vs_ar-forced_paired")):
+                if other in rows:
+                    pairs = [(o, p) for o, p in zip(raw[other]["times"], raw["pip"]["times"]) if o > 0 and p > 0]
+                    ratios[key] = statistics.median(p / o if other == "floor" else o / p for o, p in pairs)
         block["ratios"] = ratios
         save()
         log(f"  batch {bs} ratios: " + ", ".join(f"{k}={v:.2f}" for k, v in ratios.items() if v is not None))

@@ -37,7 +37,7 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
              keys: list[str] | None = None, limit: int | None = None, batch_size: int = 4, threads: int = 2,
              refine_steps: int = 0, json_path: str | None = None, resume: bool = True) -> dict:
     torch.set_num_threads(threads)
-    model, tokenizer, settings = load_model(model_path)
+    model, tokenizer, settings = load_model(model_path, pad_vocab=True)
     builder = builder_for(tokenizer, settings)
     docs = list(read_dataset(dataset, data_dir, split, limit=limit))
     schema = KeySchema.parse(keys or settings.keys or sorted({k for d in docs for k in d.fields}))

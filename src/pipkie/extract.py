@@ -84,7 +84,7 @@ class Extractor:
         """Load a pipkie model directory (default: the shipped model, or $PIPKIE_MODEL)."""
         torch.set_num_threads(threads)
         path = str(path or default_model_path())
-        model, tokenizer, settings = load_model(path)
+        model, tokenizer, settings = load_model(path, pad_vocab=True)
         return cls(model, tokenizer, settings, threads=threads, ocr=ocr, name=path)
 
     def schema(self, keys=None, schema=None) -> KeySchema:
