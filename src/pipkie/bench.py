@@ -111,10 +111,6 @@ def floor_pass(model, builder, texts, schema) -> None:
     model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), logits_to_keep=1, use_cache=False)
 
 
-def _pick(method: str, model, builder, ar_model, ar_builder):
-    return (ar_model, ar_builder) if method.startswith("ar") else (model, builder)
-
-
 def _measure(m, b, chunk, schema, method: str, pattern: str):
     """(seconds, predictions or None, tokens, peak RSS growth in MB) of one batch with one method."""
     with PeakRSS() as mem:
@@ -163,8 +159,8 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
     schema = KeySchema.parse(settings.keys or sorted({k for d in docs for k in d.fields}))
     # Batches group documents of similar length (sorted by token count), as an offline batch job
     # would, so left-padding costs every method little; at batch 1 the order changes nothing.
-    docs.sort(key=lambda d: len(tokenizer(serialize(d)).input_ids))
-    texts = [serialize(d) for d in docs]
+    ordered = sorted(((serialize(d), d) for d in docs), key=lambda td: len(tokenizer(td[0]).input_ids))
+    texts, docs = [t for t, _ in ordered], [d for _, d in ordered]
     env = dict(threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
                cpu_count=os.cpu_count(), device="cpu", torch=torch.__version__, model=model_path,
                ar_model=ar_model_path or model_path,
@@ -178,6 +174,7 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
             partial.write_text(json.dumps(result, indent=2) + "\n")
 
     names = ("floor",) + tuple(methods)
+    pick = {name: (ar_model, ar_builder) if name.startswith("ar") else (model, builder) for name in names}
     for bs in batch_sizes:
         chunks = [texts[i: i + bs] for i in range(0, len(texts), bs)]
         block = result["batches"].setdefault(str(bs), dict(methods={}, ratios={}, done=0, raw={}))
@@ -186,7 +183,7 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
             raw.setdefault(name, dict(times=[], tokens=0, rss_mb=0.0, preds=[]))
         if block["done"] < len(chunks):
             for name in names:  # warm-up on the first batch (allocator, kernels, caches)
-                _measure(*_pick(name, model, builder, ar_model, ar_builder), chunks[0], schema, name, pattern)
+                _measure(*pick[name], chunks[0], schema, name, pattern)
         elif block["done"]:
             log(f"  batch {bs}: measured in the previous run")
         # Methods are interleaved batch by batch (in a rotating order), so that a background load
@@ -194,8 +191,7 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
         for ci in range(block["done"], len(chunks)):
             turn = ci % len(names)
             for name in names[turn:] + names[:turn]:
-                dt, preds, n, mb = _measure(*_pick(name, model, builder, ar_model, ar_builder), chunks[ci], schema,
-                                            name, pattern)
+                dt, preds, n, mb = _measure(*pick[name], chunks[ci], schema, name, pattern)
                 r = raw[name]
                 r["times"] += [dt / len(chunks[ci])] * len(chunks[ci])
                 r["tokens"] += n
@@ -206,8 +202,7 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
             log(f"  batch {bs}: {ci + 1}/{len(chunks)} batches measured")
         rows = block["methods"]
         for name in names:
-            m = _pick(name, model, builder, ar_model, ar_builder)[0]
-            rows[name] = _summarize(raw[name], docs, schema, m, scored=name != "floor")
+            rows[name] = _summarize(raw[name], docs, schema, pick[name][0], scored=name != "floor")
             r = rows[name]
             log(f"  batch {bs} {name:<12} median {r['median_s']:.4f} s/doc  p90 {r['p90_s']:.4f}  tokens {r['tokens']}"
                 f"  rss +{r['peak_rss_mb']:.0f} MB" + (f"  ANLS {r['anls']:.3f}" if r["anls"] is not None else ""))
