@@ -15,15 +15,18 @@ SCHEMA = KeySchema.parse("company,date,total")
 
 
 class CountingForward:
+    """Counts the passes through the decoder (PIP runs the decoder and applies the LM head itself)."""
+
     def __init__(self, model):
+        decoder = getattr(model, model.base_model_prefix)
         self.model, self.calls = model, 0
-        self.orig = model.forward
+        self.orig = decoder.forward
 
         def counted(*a, **kw):
             self.calls += 1
             return self.orig(*a, **kw)
 
-        model.forward = counted
+        decoder.forward = counted
 
 
 @pytest.fixture
@@ -45,8 +48,9 @@ def test_split_pass_runs_each_token_once(setup, refine):
     """The split route: one call over the prefixes, one over the templates (+ one per refinement)."""
     model, b = setup
     seen = []
-    orig = model.forward
-    model.forward = lambda *a, **kw: (seen.append(kw["input_ids"].shape[1]), orig(*a, **kw))[1]
+    decoder = getattr(model, model.base_model_prefix)
+    orig = decoder.forward
+    decoder.forward = lambda *a, **kw: (seen.append(kw["input_ids"].shape[1]), orig(*a, **kw))[1]
     pip_decode(model, b, DOCS, [SCHEMA] * 3, refine_steps=refine, split=True)
     encs = [b.pip(t, SCHEMA) for t in DOCS]
     assert seen == [max(e.prefix_len for e in encs)] + [len(encs[0].input_ids) - encs[0].prefix_len] * (1 + refine)

@@ -52,13 +52,14 @@ def test_vl_pip_decode_one_pass(vl):
     model, builder, image, grid = vl
     pixels = torch.randn(16, 3 * 2 * 14 * 14)
     calls = []
-    forward = model.forward
-    model.forward = lambda *a, **k: calls.append(k) or forward(*a, **k)
+    decoder = model.model  # PIP runs the decoder (image encoder included) and applies the LM head itself
+    forward = decoder.forward
+    decoder.forward = lambda *a, **k: calls.append(k) or forward(*a, **k)
     try:
         out = pip_decode(model, builder, ["apple berry\ncedar 9/1"], [SCHEMA], images=[image],
                          model_inputs=dict(pixel_values=pixels, image_grid_thw=grid))
     finally:
-        model.forward = forward
+        decoder.forward = forward
     assert len(calls) == 1 and calls[0]["position_ids"].shape[0] == 3  # explicit 3D (M-RoPE) positions
     assert list(out[0]) == ["company", "total"]
 

@@ -168,14 +168,28 @@ def field_nll_given(head: CopyHead, hidden: torch.Tensor, p_vocab: torch.Tensor,
 
 def field_probs(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor, f: FieldSpan) -> torch.Tensor:
     """(K, V) mixture distribution of each slot of the field."""
-    p_start, gate, past = _start_and_gate(head, hidden, f)
-    k = len(f.slots)
-    # in place on one (K, V) matrix: with a 50k vocabulary each extra copy is 200 kB per slot
+    return mixture(vocab_logits, *start_gate_past(head, hidden, f), f)
+
+
+def start_gate_past(head: CopyHead, hidden: torch.Tensor, f: FieldSpan):
+    """p_start (M,), gate (K,), past (K,) of a field: everything the mixture needs besides the LM head.
+    past_j > 0.5 makes `<|pip_end|>` slot j's argmax whatever the LM head says (it has p ≥ past_j, all
+    other tokens together 1 − past_j), so the decoder skips the LM head from the first such slot on."""
+    return _start_and_gate(head, hidden, f)
+
+
+def mixture(vocab_logits: torch.Tensor, p_start: torch.Tensor, gate: torch.Tensor, past: torch.Tensor,
+            f: FieldSpan) -> torch.Tensor:
+    """(n, V) mixture of the field's first n slots, n = len(vocab_logits) ≤ K (their LM-head logits);
+    vocab_logits (float32) is consumed."""
+    n = len(vocab_logits)
+    gate, past = gate[:n], past[:n]
+    # in place on one (n, V) matrix: with a 50k vocabulary each extra copy is 200 kB per slot
     probs = vocab_logits.float().softmax(-1).mul_((gate * (1 - past))[:, None])
-    shifted = _shifted(f.stream_ids.to(hidden.device), k)  # (M, K)
+    shifted = _shifted(f.stream_ids.to(probs.device), n)  # (M, n)
     valid = shifted >= 0
-    weight = p_start[:, None] * ((1 - gate) * (1 - past) / _reach(p_start, shifted))[None, :]  # (M, K)
-    cols = torch.arange(k, device=hidden.device).expand_as(shifted)
+    weight = p_start[:, None] * ((1 - gate) * (1 - past) / _reach(p_start, shifted))[None, :]  # (M, n)
+    cols = torch.arange(n, device=probs.device).expand_as(shifted)
     probs.index_put_((cols[valid], shifted[valid]), weight[valid], accumulate=True)
     probs[:, f.end_id] += past
     return probs

@@ -18,7 +18,7 @@ import torch
 from transformers import DynamicCache
 
 from pipkie.attention import build_attention_mask
-from pipkie.copyhead import FieldSpan, field_probs, get_head
+from pipkie.copyhead import FieldSpan, get_head, mixture, start_gate_past
 from pipkie.schema import KeySchema
 from pipkie.template import Encoded, TemplateBuilder
 
@@ -67,10 +67,26 @@ def _field_result(builder: TemplateBuilder, toks: list[int], probs: list[float])
 # ---------------------------------------------------------------------------------------------
 # PIP
 # ---------------------------------------------------------------------------------------------
-def pip_forward(model, ids, attn, block_ids, keep, *, pattern: str, cache=None, start=None, hidden: bool = False,
-                **model_inputs):
-    """One forward pass; logits only at `keep` positions → (number kept, vocab), and with `hidden`
-    the final hidden states (batch, length, H) too.
+def final_hidden(model, ids, attention_mask, position_ids, cache=None, **model_inputs) -> torch.Tensor:
+    """(batch, length, H) the model's final hidden states (after its last norm: the LM head's input),
+    from its decoder alone: no logits, and no per-layer states kept (`output_hidden_states` would keep
+    all of them, 30 × (batch, length, H) for SmolLM2)."""
+    decoder = getattr(model, model.base_model_prefix)
+    out = decoder(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                  use_cache=cache is not None, **model_inputs)
+    return out.last_hidden_state
+
+
+def lm_logits(model, rows: torch.Tensor) -> torch.Tensor:
+    """(n, H) final hidden states -> (n, vocab) float32 logits: the causal LM's head, as its forward
+    applies it (Gemma-style soft-capping included)."""
+    logits = model.get_output_embeddings()(rows).float()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+def pip_hidden(model, ids, attn, block_ids, *, pattern: str, cache=None, start=None, **model_inputs):
+    """One forward pass under PIP's attention pattern -> (batch, length, H) final hidden states.
 
     model_inputs go to the model (a vision-language model's pixel_values, image_grid_thw…); its
     3D M-RoPE position ids are computed here (`rope_positions`), while the mask builder keeps the
@@ -79,19 +95,34 @@ def pip_forward(model, ids, attn, block_ids, keep, *, pattern: str, cache=None, 
     mask = build_attention_mask(model, pattern, attn, query_length=ids.shape[1], block_ids=block_ids,
                                 cache=cache, position_ids=pos)
     rope = rope_positions(model, ids, attn, model_inputs) if cache is None else pos
-    out = model(input_ids=ids, attention_mask=mask, position_ids=rope, cache=cache,
-                use_cache=cache is not None, logits_to_keep=keep, output_hidden_states=hidden, **model_inputs)
-    logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
-    return (logits, out.hidden_states[-1]) if hidden else logits
+    return final_hidden(model, ids, mask, rope, cache, **model_inputs)
 
 
-def mix_copy(model, builder: TemplateBuilder, encs: list[Encoded], logits: torch.Tensor, hidden: torch.Tensor,
-             offsets: list[int], images=None) -> torch.Tensor:
-    """(number of slots, vocab): the copy head's generate/copy mixture (pipkie.copyhead) of each slot,
-    written over `logits` (float32, consumed). hidden: (batch, width, H); offsets[r]: where row r's
-    input_ids[0] sits in that width."""
+def pip_forward(model, ids, attn, block_ids, keep, *, pattern: str, cache=None, start=None, hidden: bool = False,
+                **model_inputs):
+    """`pip_hidden` + the LM head at the `keep` positions → logits (number kept, vocab), and with
+    `hidden` the final hidden states (batch, length, H) too."""
+    h = pip_hidden(model, ids, attn, block_ids, pattern=pattern, cache=cache, start=start, **model_inputs)
+    logits = lm_logits(model, h[keep])
+    return (logits, h) if hidden else logits
+
+
+def predict_slots(model, builder: TemplateBuilder, encs: list[Encoded], hidden: torch.Tensor, slot_hidden,
+                  offsets: list[int], images=None, *, lazy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(confidence, token) of every slot, (number of slots,) each, in the order of `slot_hidden`
+    (number of slots, H). hidden: (batch, width, H); offsets[r]: where row r's input_ids[0] sits in
+    that width. Without a copy head: the LM head's argmax. With one: the argmax of the copy head's
+    generate/copy mixture (pipkie.copyhead).
+
+    `lazy`: a field's slots from its first one with past_j > 0.5 on are `<|pip_end|>` whatever the
+    LM head says (see `copyhead.start_gate_past`), and nothing after a value's end token reaches
+    the result, so the LM head runs only on the slots up to that one (on SROIE, half of them: a
+    tenth of the pass is the LM head). The skipped slots get `<|pip_end|>` with confidence past_j, a
+    lower bound; refinement, which ranks all slots by confidence, asks for every slot (lazy=False)."""
     head = get_head(model)
-    i = 0
+    if head is None:
+        return lm_logits(model, slot_hidden).softmax(-1).max(-1)
+    fields, need, i = [], [], 0
     for r, e in enumerate(encs):
         start, end = builder.document_span(e.prefix_len, images[r] if images else None)
         stream = torch.tensor(builder.copy_stream(e.input_ids, start, end), dtype=torch.long)
@@ -99,10 +130,22 @@ def mix_copy(model, builder: TemplateBuilder, encs: list[Encoded], logits: torch
         for f in e.fields:
             span = FieldSpan(row=r, slots=torch.arange(f.start, f.start + f.length) + offsets[r],
                              stream=stream + offsets[r], stream_ids=stream_ids, end_id=builder.end_id)
-            rows = logits[i: i + f.length]
-            rows.copy_(field_probs(head, hidden, rows, span))  # over the logits: no second (slots, vocab) matrix
+            sgp = start_gate_past(head, hidden, span)
+            ended = (sgp[2] > 0.5).nonzero()
+            n = int(ended[0]) + 1 if lazy and len(ended) else f.length
+            fields.append((i, n, span, sgp))
+            need.append(torch.arange(i, i + n))
             i += f.length
-    return logits
+    logits = lm_logits(model, slot_hidden[torch.cat(need)])  # (slots needed, vocab)
+    conf = torch.empty(i)
+    toks = torch.full((i,), builder.end_id, dtype=torch.long)
+    j = 0
+    for i, n, span, (p_start, gate, past) in fields:
+        conf[i: i + len(past)] = past  # skipped slots: <|pip_end|> with p >= past
+        c, t = mixture(logits[j: j + n], p_start, gate, past, span).max(-1)
+        conf[i: i + n], toks[i: i + n] = c, t
+        j += n
+    return conf, toks
 
 
 class OnePass:
@@ -119,20 +162,19 @@ class OnePass:
     def slot_inputs(self) -> torch.Tensor:
         return self.ids[self.keep]
 
-    def _forward(self, ids, copy: bool):
-        return pip_forward(self.model, ids, self.attn, self.block, self.keep, pattern=self.pattern, hidden=copy,
-                           **self.model_inputs)
+    def _hidden(self, ids) -> tuple[torch.Tensor, torch.Tensor]:
+        """(whole rows' hidden states (batch, width, H), the slots' (number of slots, H))."""
+        h = pip_hidden(self.model, ids, self.attn, self.block, pattern=self.pattern, **self.model_inputs)
+        return h, h[self.keep]
 
-    def __call__(self, slot_inputs: torch.Tensor | None = None) -> torch.Tensor:
-        """(number of slots, vocab) probabilities; slot_inputs replaces the slots' input tokens."""
+    def __call__(self, slot_inputs: torch.Tensor | None = None, *, lazy: bool = True):
+        """(confidence, token) of every slot (`predict_slots`); slot_inputs replaces the slots' input tokens."""
         ids = self.ids
         if slot_inputs is not None:
             ids = ids.clone()
             ids[self.keep] = slot_inputs
-        if get_head(self.model) is None:
-            return self._forward(ids, False).softmax(-1)
-        logits, hidden = self._forward(ids, True)
-        return mix_copy(self.model, self.builder, self.encs, logits, hidden, self.offsets, self.images)
+        hidden, slots = self._hidden(ids)
+        return predict_slots(self.model, self.builder, self.encs, hidden, slots, self.offsets, self.images, lazy=lazy)
 
 
 class SplitPass(OnePass):
@@ -148,10 +190,7 @@ class SplitPass(OnePass):
         ids1, attn1 = left_pad([e.input_ids[: e.prefix_len] for e in encs], builder.pad_id)
         self.P = P = ids1.shape[1]
         self.cache = DynamicCache(config=model.config)
-        copy = get_head(model) is not None
-        out = model(input_ids=ids1, attention_mask=attn1, position_ids=positions(attn1), cache=self.cache,
-                    use_cache=True, logits_to_keep=1, output_hidden_states=copy)
-        self.h1 = out.hidden_states[-1] if copy else None
+        self.h1 = final_hidden(model, ids1, attn1, positions(attn1), self.cache)
         tails = [e.input_ids[e.prefix_len:] for e in encs]
         T = max(len(t) for t in tails)
         self.ids = torch.full((len(encs), T), builder.pad_id, dtype=torch.long)
@@ -167,16 +206,14 @@ class SplitPass(OnePass):
         self.pos = attn1.sum(-1, keepdim=True) + torch.arange(T)[None]  # continues each prefix's count
         self.offsets = [P - e.prefix_len for e in encs]
 
-    def _forward(self, ids, copy: bool):
+    def _hidden(self, ids):
         mask = build_attention_mask(self.model, self.pattern, self.attn, query_length=ids.shape[1],
                                     block_ids=self.block, cache=self.cache, position_ids=self.pos)
         try:
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=self.pos, cache=self.cache,
-                             use_cache=True, logits_to_keep=self.keep, output_hidden_states=copy)
+            h2 = final_hidden(self.model, ids, mask, self.pos, self.cache)
         finally:
             self.cache.crop(self.P - self.cache.get_seq_length())  # negative: back to the prefixes
-        logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
-        return (logits, torch.cat([self.h1, out.hidden_states[-1]], dim=1)) if copy else logits
+        return torch.cat([self.h1, h2], dim=1), h2[self.keep]
 
 
 def rope_positions(model, ids, attn, model_inputs: dict) -> torch.Tensor:
@@ -224,7 +261,7 @@ def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[
         split = pattern == "prefix_causal" and not images and not model_inputs
     run = (SplitPass if split else OnePass)(model, builder, encs, pattern=pattern, images=images,
                                             model_inputs=model_inputs)
-    conf, toks = run().max(-1)
+    conf, toks = run(lazy=refine_steps == 0)
     inputs = run.slot_inputs()
     rows = run.keep.nonzero()[:, 0]  # batch row of each slot, in the same order as the logits
     for step in range(1, refine_steps + 1):
@@ -239,7 +276,7 @@ def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[
         if not remask.any():
             break
         # re-masked slots get their mask input back, the others their prediction
-        new_conf, new_toks = run(torch.where(remask, inputs, toks)).max(-1)
+        new_conf, new_toks = run(torch.where(remask, inputs, toks), lazy=False)
         conf = torch.where(remask, new_conf, conf)
         toks = torch.where(remask, new_toks, toks)
     return _collect(builder, encs, toks.tolist(), conf.tolist())
@@ -273,10 +310,8 @@ def encode_document(model, builder: TemplateBuilder, text: str, reserve: int = 5
     ids, cut = builder.prefix(text, reserve)
     cache = DynamicCache(config=model.config)
     x = torch.tensor([ids])
-    copy = get_head(model) is not None
-    out = model(input_ids=x, attention_mask=torch.ones_like(x), position_ids=torch.arange(len(ids))[None],
-                cache=cache, use_cache=True, logits_to_keep=1, output_hidden_states=copy)
-    return DocumentCache(cache, len(ids), cut, ids, out.hidden_states[-1] if copy else None)
+    h = final_hidden(model, x, torch.ones_like(x), torch.arange(len(ids))[None], cache)
+    return DocumentCache(cache, len(ids), cut, ids, h if get_head(model) is not None else None)
 
 
 @torch.inference_mode()
@@ -292,18 +327,12 @@ def pip_decode_cached(model, builder: TemplateBuilder, doc: DocumentCache, schem
     attn = torch.ones((1, doc.length + len(ids)), dtype=torch.long)
     block = _block_ids([enc], attn.shape[1])
     keep = _slot_mask([enc], attn.shape[1])[:, doc.length:]
-    copy = get_head(model) is not None and not return_logits
     try:
-        out = pip_forward(model, x, attn, block, keep, pattern="prefix_causal", cache=doc.cache,
-                          start=torch.tensor([doc.length]), hidden=copy)
+        h = pip_hidden(model, x, attn, block, pattern="prefix_causal", cache=doc.cache, start=torch.tensor([doc.length]))
     finally:
         doc.cache.crop(doc.length - doc.cache.get_seq_length())  # negative: drop the template block
     if return_logits:
-        return out
-    if copy:
-        logits, hidden = out
-        probs = mix_copy(model, builder, [enc], logits, torch.cat([doc.hidden, hidden], dim=1), [0])
-    else:
-        probs = out.softmax(-1)
-    conf, toks = probs.max(-1)
+        return lm_logits(model, h[keep])
+    hidden = torch.cat([doc.hidden, h], dim=1) if doc.hidden is not None else h
+    conf, toks = predict_slots(model, builder, [enc], hidden, h[keep], [0])
     return _collect(builder, [enc], toks.tolist(), conf.tolist())[0]
