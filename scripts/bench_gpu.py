@@ -5,8 +5,10 @@
 
 What is timed, per model size and batch size (bf16, after a warm-up, CUDA-synchronised):
 - `pip`: one forward pass over document + answer template (PIP's block attention mask), argmax at
-  every slot, run as pipkie runs it: the causal prefix, then the template on its KV cache (every
-  token once); `pip-one-call` is the same pass as a single call with the full block mask;
+  every slot, run as the causal prefix, then the template on its KV cache (every token once;
+  `pipkie.decode.SplitPass`); `pip-one-call` is the same pass as a single call with the full block
+  mask (`OnePass`, pipkie's default for a single pass: faster on a CPU; which is faster on a GPU is
+  one of the things this script measures);
 - `floor`: one plain causal forward pass over an input of the same length;
 - `ar-forced`: causal prefill of document + key list, then per key its header is fed and the value
   generated greedily token by token with the KV cache;

@@ -2,6 +2,10 @@
 
 import json
 import statistics
+import time
+
+import pytest
+import torch
 
 from pipkie.bench import bench, markdown_table
 from tests.test_extract import tiny_model_dir  # noqa: F401  (session fixture)
@@ -77,3 +81,21 @@ def test_a_killed_bench_resumes_where_it_stopped(tiny_model_dir, shared_data, tm
     assert set(rows) == {"floor", "pip", "ar-forced"} and 0 <= rows["pip"]["anls"] <= 1
     assert "floor_ratio" in result["batches"]["1"]["ratios"]
     assert out.exists() and not (tmp_path / "bench.json.partial").exists()
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_peak_rss_sees_a_freed_allocation(monkeypatch, kernel):
+    """The peak is measured while the block runs, freed memory included: with the kernel's counter
+    (Linux) and with the sampling thread (elsewhere)."""
+    from pipkie import bench
+
+    if not kernel:
+        monkeypatch.setattr(bench, "_reset_peak", lambda: False)
+    with bench.PeakRSS() as mem:
+        x = torch.ones(64 * 2**20 // 4)  # 64 MB, written
+        time.sleep(0.05)
+        del x
+    assert 50 < mem.mb < 200
+    with bench.PeakRSS() as quiet:
+        time.sleep(0.01)
+    assert quiet.mb < 20

@@ -122,7 +122,7 @@ def predict_slots(model, builder: TemplateBuilder, encs: list[Encoded], hidden: 
     head = get_head(model)
     if head is None:
         return lm_logits(model, slot_hidden).softmax(-1).max(-1)
-    fields, need, i = [], [], 0
+    fields, need, total = [], [], 0
     for r, e in enumerate(encs):
         start, end = builder.document_span(e.prefix_len, images[r] if images else None)
         stream = torch.tensor(builder.copy_stream(e.input_ids, start, end), dtype=torch.long)
@@ -133,12 +133,12 @@ def predict_slots(model, builder: TemplateBuilder, encs: list[Encoded], hidden: 
             sgp = start_gate_past(head, hidden, span)
             ended = (sgp[2] > 0.5).nonzero()
             n = int(ended[0]) + 1 if lazy and len(ended) else f.length
-            fields.append((i, n, span, sgp))
-            need.append(torch.arange(i, i + n))
-            i += f.length
+            fields.append((total, n, span, sgp))
+            need.append(torch.arange(total, total + n))
+            total += f.length
     logits = lm_logits(model, slot_hidden[torch.cat(need)])  # (slots needed, vocab)
-    conf = torch.empty(i)
-    toks = torch.full((i,), builder.end_id, dtype=torch.long)
+    conf = torch.empty(total, device=logits.device)
+    toks = torch.full((total,), builder.end_id, dtype=torch.long, device=logits.device)
     j = 0
     for i, n, span, (p_start, gate, past) in fields:
         conf[i: i + len(past)] = past  # skipped slots: <|pip_end|> with p >= past
