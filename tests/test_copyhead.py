@@ -149,7 +149,7 @@ def test_the_length_prior_stops_a_value(start, expected):
     are inside the value and later slots past its end, wherever it starts; near the end of the
     document a value cannot be longer than what is left (20 stream tokens, 6 slots; from token 18,
     lengths 1 and 2 remain, equally likely)."""
-    from pipkie.copyhead import _start_and_gate
+    from pipkie.copyhead import start_gate_past
 
     head = CopyHead(16, dim=8)
     with torch.no_grad():
@@ -163,7 +163,7 @@ def test_the_length_prior_stops_a_value(start, expected):
     hidden = torch.zeros(1, 30, 16)
     hidden[0, start, 0] = 1.0
     span = FieldSpan(0, torch.arange(20, 26), torch.arange(0, 20), torch.arange(100, 120), end_id=5)
-    p_start, _, past = _start_and_gate(head, hidden, span)
+    p_start, _, past = start_gate_past(head, hidden, span)
     assert p_start[start] > 0.999
     assert torch.allclose(past, torch.tensor(expected, dtype=torch.float), atol=1e-3)
 

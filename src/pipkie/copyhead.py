@@ -123,8 +123,11 @@ def _reach(p_start: torch.Tensor, shifted: torch.Tensor) -> torch.Tensor:
     return (p_start @ (shifted >= 0).float()).clamp_min(1e-12)
 
 
-def _start_and_gate(head: CopyHead, hidden: torch.Tensor, f: FieldSpan):
-    """p_start (M,), gate (K,) and past (K,): the chance that slot j lies past the value's end."""
+def start_gate_past(head: CopyHead, hidden: torch.Tensor, f: FieldSpan):
+    """p_start (M,), gate (K,) and past (K,): the chance that slot j lies past the value's end;
+    everything the mixture needs besides the LM head. past_j > 0.5 makes `<|pip_end|>` slot j's
+    argmax whatever the LM head says (it has p ≥ past_j, all other tokens together 1 − past_j), so
+    the decoder skips the LM head from the first such slot on."""
     with torch.autocast(hidden.device.type, enabled=False):  # sums of probabilities: float32 throughout
         return _start_and_gate_fp32(head, hidden[f.row].float(), f)
 
@@ -158,7 +161,7 @@ def field_nll(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor, 
 
 def field_nll_given(head: CopyHead, hidden: torch.Tensor, p_vocab: torch.Tensor, f: FieldSpan) -> torch.Tensor:
     """field_nll with the LM head's probability of each target given: (K,) -> (K,)."""
-    p_start, gate, past = _start_and_gate(head, hidden, f)
+    p_start, gate, past = start_gate_past(head, hidden, f)
     targets = f.targets.to(hidden.device)
     shifted = _shifted(f.stream_ids.to(hidden.device), len(f.slots))  # (M, K)
     p_copy = (p_start @ (shifted == targets[None, :]).float()) / _reach(p_start, shifted)  # (K,)
@@ -169,13 +172,6 @@ def field_nll_given(head: CopyHead, hidden: torch.Tensor, p_vocab: torch.Tensor,
 def field_probs(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor, f: FieldSpan) -> torch.Tensor:
     """(K, V) mixture distribution of each slot of the field."""
     return mixture(vocab_logits, *start_gate_past(head, hidden, f), f)
-
-
-def start_gate_past(head: CopyHead, hidden: torch.Tensor, f: FieldSpan):
-    """p_start (M,), gate (K,), past (K,) of a field: everything the mixture needs besides the LM head.
-    past_j > 0.5 makes `<|pip_end|>` slot j's argmax whatever the LM head says (it has p ≥ past_j, all
-    other tokens together 1 − past_j), so the decoder skips the LM head from the first such slot on."""
-    return _start_and_gate(head, hidden, f)
 
 
 def mixture(vocab_logits: torch.Tensor, p_start: torch.Tensor, gate: torch.Tensor, past: torch.Tensor,

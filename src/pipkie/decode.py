@@ -130,17 +130,17 @@ def predict_slots(model, builder: TemplateBuilder, encs: list[Encoded], hidden: 
         for f in e.fields:
             span = FieldSpan(row=r, slots=torch.arange(f.start, f.start + f.length) + offsets[r],
                              stream=stream + offsets[r], stream_ids=stream_ids, end_id=builder.end_id)
-            sgp = start_gate_past(head, hidden, span)
-            ended = (sgp[2] > 0.5).nonzero()
+            p_start, gate, past = start_gate_past(head, hidden, span)
+            ended = (past > 0.5).nonzero()
             n = int(ended[0]) + 1 if lazy and len(ended) else f.length
-            fields.append((total, n, span, sgp))
+            fields.append((total, n, span, p_start, gate, past))
             need.append(torch.arange(total, total + n))
             total += f.length
     logits = lm_logits(model, slot_hidden[torch.cat(need)])  # (slots needed, vocab)
     conf = torch.empty(total, device=logits.device)
     toks = torch.full((total,), builder.end_id, dtype=torch.long, device=logits.device)
     j = 0
-    for i, n, span, (p_start, gate, past) in fields:
+    for i, n, span, p_start, gate, past in fields:
         conf[i: i + len(past)] = past  # skipped slots: <|pip_end|> with p >= past
         c, t = mixture(logits[j: j + n], p_start, gate, past, span).max(-1)
         conf[i: i + n], toks[i: i + n] = c, t
