@@ -4,11 +4,13 @@
     PYTHONPATH=src python scripts/bench_gpu.py --tiny --device cpu                 # a smoke test here
 
 What is timed, per model size and batch size (bf16, after a warm-up, CUDA-synchronised):
-- `pip`: one forward pass over document + answer template (PIP's block attention mask), argmax at
-  every slot, run as the causal prefix, then the template on its KV cache (every token once;
-  `pipkie.decode.SplitPass`); `pip-one-call` is the same pass as a single call with the full block
-  mask (`OnePass`, pipkie's default for a single pass: faster on a CPU; which is faster on a GPU is
-  one of the things this script measures);
+- `pip`: one forward pass over document + answer template (PIP's block attention), argmax at every
+  slot, as pipkie's default runs it (`pipkie.decode.OnePass` on the "pipkie_sdpa" attention): one
+  call, the document's rows on sdpa's causal kernel, the template's rows with their slice of the
+  block mask (`pipkie.attention.pip_sdpa_attention`);
+- `pip-mask`: the same pass with the whole explicit block mask (plain sdpa: no causal kernel);
+- `pip-split`: the causal prefix, then the template on its KV cache, in two calls
+  (`pipkie.decode.SplitPass`, pipkie's route when refining);
 - `floor`: one plain causal forward pass over an input of the same length;
 - `ar-forced`: causal prefill of document + key list, then per key its header is fed and the value
   generated greedily token by token with the KV cache;
@@ -31,7 +33,7 @@ import time
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
-from pipkie.attention import build_attention_mask
+from pipkie.attention import PIP_SDPA, build_attention_mask
 
 SIZES = {  # Qwen2-VL-2B / -7B language models
     "qwen2-vl-2b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
@@ -64,17 +66,18 @@ def pip_inputs(batch: int, vocab: int, device, g):
 
 
 @torch.inference_mode()
-def pip(model, ids, block, slots, split: bool = True):
-    """PIP's pass as pipkie runs it (`pipkie.decode.SplitPass`): the causal prefix with the plain
-    causal kernel into a KV cache, then the template block on top of it; or (split=False) the whole
-    input in one call with the full block mask (`OnePass`)."""
+def pip(model, ids, block, slots, route: str = "one-call"):
+    """PIP's pass: "one-call" (pipkie's default: prefix rows on the causal kernel; the model must be on
+    "pipkie_sdpa"), "mask" (the whole explicit block mask), or "split" (the causal prefix into a KV
+    cache, then the template block)."""
     attn = torch.ones_like(ids)
     pos = torch.arange(ids.shape[1], device=ids.device)[None].expand_as(ids)
-    if not split:
+    P = DOC_TOKENS + 1
+    if route != "split":
         mask = build_attention_mask(model, "prefix_causal", attn, query_length=ids.shape[1], block_ids=block,
                                     position_ids=pos)
-        return model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=slots).logits.argmax(-1)
-    P = DOC_TOKENS + 1
+        extra = {"pip_causal_rows": P} if route == "one-call" else {}
+        return model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=slots, **extra).logits.argmax(-1)
     cache = DynamicCache(config=model.config)
     model(input_ids=ids[:, :P], attention_mask=attn[:, :P], position_ids=pos[:, :P], cache=cache, use_cache=True,
           logits_to_keep=1)
@@ -152,10 +155,15 @@ def main(argv=None):
             ids, block, slots = pip_inputs(batch, cfg.vocab_size, device, g)
             prompt = ids[:, : DOC_TOKENS + KEY_LIST]
             methods = {"floor": lambda: floor(model, ids, block, slots), "pip": lambda: pip(model, ids, block, slots),
-                       "pip-one-call": lambda: pip(model, ids, block, slots, split=False),
+                       "pip-mask": lambda: pip(model, ids, block, slots, "mask"),
+                       "pip-split": lambda: pip(model, ids, block, slots, "split"),
                        "ar-forced": lambda: ar(model, prompt, forced_steps),
                        "ar-free": lambda: ar(model, prompt, free_steps)}
             rows = {}
+            model.set_attn_implementation(PIP_SDPA)  # the same as sdpa for every call but `pip`'s
+            # bf16: the two kernels round differently, so near-ties may flip; report the agreement
+            same = (pip(model, ids, block, slots) == pip(model, ids, block, slots, "mask")).float().mean().item()
+            print(f"  {size} batch {batch}: pip and pip-mask argmax agree on {same:.1%} of slots", flush=True)
             for name, fn in methods.items():
                 fn()  # warm-up
                 med, p90, peak = timed(fn, device, args.repeats)
@@ -166,7 +174,8 @@ def main(argv=None):
                       "speedup_vs_ar_forced": rows["ar-forced"]["median_s_per_doc"] / rows["pip"]["median_s_per_doc"],
                       "floor_ratio": rows["pip"]["median_s_per_doc"] / rows["floor"]["median_s_per_doc"]}
             print(f"  {size} batch {batch} ratios " + "  ".join(f"{k} {v:.2f}" for k, v in ratios.items()), flush=True)
-            result["runs"].append(dict(size=size, parameters=params, batch=batch, methods=rows, ratios=ratios))
+            result["runs"].append(dict(size=size, parameters=params, batch=batch, methods=rows, ratios=ratios,
+                                       pip_agrees_with_pip_mask=same))
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()

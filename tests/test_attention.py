@@ -135,3 +135,60 @@ def test_index_mask_equals_transformers_vmap_path(tokenizer, attn, pattern, cach
                              allow_is_causal_skip=False)
     assert ours.shape == ref.shape == (2, 1, q, attn_mask.shape[1])
     assert torch.equal(ours, ref)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("field_blocks", [False, True])
+def test_pip_sdpa_runs_the_prefix_on_the_causal_kernel_with_the_same_result(tokenizer, arch, field_blocks, monkeypatch):
+    """"pipkie_sdpa" splits a PIP pass: prefix rows on sdpa's causal kernel, template rows through
+    their slice of the mask. Same hidden states as sdpa with the whole explicit mask; with left
+    padding in the batch it falls back to the mask (and still agrees)."""
+    from pipkie.attention import PIP_SDPA, causal_rows, enable_pip_attention
+    from pipkie.decode import OnePass
+
+    model = tiny_model(tokenizer, arch)
+    b = TemplateBuilder(tokenizer, max_length=128, default_budget=4, field_blocks=field_blocks)
+    short = b.pip(DOC, SCHEMA)
+    long = b.pip(DOC + "\nlonger line here", SCHEMA)
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kw):
+        calls.append((q.shape[2], k.shape[2], attn_mask is None and kw.get("is_causal", False)))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    with torch.inference_mode():
+        runs = [OnePass(model, b, encs, pattern="prefix_causal") for encs in ([short], [short, long])]
+        ref = [r._hidden(r.ids)[0] for r in runs]  # sdpa, the whole explicit mask
+        assert enable_pip_attention(model) and model.config._attn_implementation == PIP_SDPA
+        calls.clear()
+        one = OnePass(model, b, [short], pattern="prefix_causal")
+        assert causal_rows(model, "prefix_causal", one.attn, one.block) == short.prefix_len
+        h1 = one._hidden(one.ids)[0]
+        layers = model.config.num_hidden_layers
+        assert calls == [(short.prefix_len, short.prefix_len, True), (len(short.input_ids) - short.prefix_len, len(short.input_ids), False)] * layers
+        assert (h1 - ref[0]).abs().max() < 1e-5
+        calls.clear()
+        two = OnePass(model, b, [short, long], pattern="prefix_causal")
+        assert causal_rows(model, "prefix_causal", two.attn, two.block) == 0  # left padding: the mask
+        h2 = two._hidden(two.ids)[0]
+        assert all(not causal for _, _, causal in calls) and len(calls) == layers
+        assert (h2 - ref[1]).abs().max() < 1e-5
+        assert causal_rows(model, "full", one.attn, one.block) == 0
+
+
+def test_pip_sdpa_is_plain_sdpa_without_pip_rows(tokenizer):
+    """AR decoding and plain causal passes under "pipkie_sdpa" are sdpa's, bit for bit; vision-language
+    configs (sub-configs) and non-sdpa models are not switched."""
+    from pipkie.attention import enable_pip_attention
+
+    model = tiny_model(tokenizer)
+    ids = torch.randint(5, 300, (2, 9))
+    attn = torch.ones_like(ids)
+    attn[0, :3] = 0
+    with torch.inference_mode():
+        ref = model(input_ids=ids, attention_mask=attn).logits
+        enable_pip_attention(model)
+        assert torch.equal(model(input_ids=ids, attention_mask=attn).logits, ref)
+    assert not enable_pip_attention(tiny_model(tokenizer, attn="eager"))

@@ -34,6 +34,26 @@ def test_bench_reports_every_method_and_ratio(tiny_model_dir, shared_data, tmp_p
     assert (tmp_path / "plots" / "bench.md").exists()
 
 
+def test_repeats_keep_each_methods_fastest_time(tiny_model_dir, shared_data, monkeypatch):  # noqa: F811
+    """--repeats R: every method times each batch R times (all methods alike) and keeps the fastest."""
+    import pipkie.bench as B
+
+    real, calls = B._measure, []
+
+    def scripted(m, b, chunk, schema, name, pattern):
+        _, preds, n, mb = real(m, b, chunk, schema, name, pattern)
+        calls.append(name)
+        k = sum(c == name for c in calls)  # 1 = warm-up, then 0.3, 0.1, 0.2 s per batch
+        return [0.5, 0.3, 0.1, 0.2][(k - 1) % 4 if k == 1 else 1 + (k - 2) % 3], preds, n, mb
+
+    monkeypatch.setattr(B, "_measure", scripted)
+    result = bench(model_path=str(tiny_model_dir), dataset="sroie", data_dir=str(shared_data / "sroie"), batch_sizes=(1,),
+                   limit=2, threads=1, repeats=3, sweeps=False, methods=("pip", "ar-free"), log=lambda *a: None)
+    assert len(calls) == 3 * (1 + 2 * 3)  # (floor, pip, ar-free) x (warm-up + 2 documents x 3 repeats)
+    assert all(result["batches"]["1"]["raw"][name]["times"] == [0.1, 0.1] for name in ("floor", "pip", "ar-free"))
+    assert result["env"]["repeats"] == 3
+
+
 def test_sweeps_plot(tiny_model_dir, tmp_path):  # noqa: F811
     from pipkie.bench import plot, run_sweeps
     from pipkie.modeling import builder_for, load_model
@@ -99,3 +119,23 @@ def test_peak_rss_sees_a_freed_allocation(monkeypatch, kernel):
     with bench.PeakRSS() as quiet:
         time.sleep(0.01)
     assert quiet.mb < 20
+
+
+def test_gpu_script_runs_on_a_tiny_config(tmp_path):
+    """scripts/bench_gpu.py is meant for a CUDA machine; its --tiny CPU run checks every method and
+    ratio, and that pipkie's one-call PIP pass picks the same tokens as the whole-mask pass."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "scripts" / "bench_gpu.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "gpu.json"
+    result = mod.main(["--tiny", "--device", "cpu", "--repeats", "1", "--batch", "1,2", "--json", str(out)])
+    assert [r["batch"] for r in result["runs"]] == [1, 2]
+    for run in result["runs"]:
+        assert set(run["methods"]) == {"floor", "pip", "pip-mask", "pip-split", "ar-forced", "ar-free"}
+        assert all(v > 0 for v in run["ratios"].values())
+        assert run["pip_agrees_with_pip_mask"] == 1.0  # float32: the same tokens
+    assert json.loads(out.read_text())["runs"][0]["size"] == "tiny"

@@ -13,13 +13,22 @@ Patterns (`block_ids`: 0 for the causal prefix, k > 0 for the tokens of template
   field, each act as if alone). The prefix's keys/values are those of a plain causal pass, so a
   document's KV cache can be reused for any number of key sets.
 - `full`: every token attends to every (non-padding) token, as in the reference work.
+
+Speed: an explicit mask keeps sdpa off its causal kernel, which skips the upper triangle. Under
+`prefix_causal` the prefix rows are plain causal, so `pip_sdpa_attention` (registered as the
+attention implementation "pipkie_sdpa", which `enable_pip_attention` selects) runs them with the
+causal kernel and only the template rows with their slice of the explicit mask: on SROIE, batch 1,
+the mask's cost over the plain causal pass falls from ~20 ms to ~2 ms. Without the `pip_causal_rows`
+argument it *is* sdpa, so AR decoding and plain passes are unchanged.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers.masking_utils import (and_masks, bidirectional_mask_function, causal_mask_function,
-                                        create_causal_mask, eager_mask, or_masks, sdpa_mask)
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import (AttentionMaskInterface, and_masks, bidirectional_mask_function,
+                                        causal_mask_function, create_causal_mask, eager_mask, or_masks, sdpa_mask)
 
 PATTERNS = ("causal", "prefix_causal", "full")
 
@@ -74,7 +83,7 @@ def build_attention_mask(
     extra = extra_pattern(pattern, block_ids)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     isolate = isolated_template_blocks(block_ids) if block_ids is not None and pattern != "full" else None
-    builder = {"sdpa": sdpa_mask, "eager": eager_mask}.get(getattr(config, "_attn_implementation", None))
+    builder = {"sdpa": sdpa_mask, PIP_SDPA: sdpa_mask, "eager": eager_mask}.get(getattr(config, "_attn_implementation", None))
     if builder is not None and (extra or isolate) and not getattr(config, "sliding_window", None):
         # Our predicates are plain tensor indexing, so they broadcast over index grids directly.
         # create_causal_mask would vmap them (it cannot know that): ~17 ms instead of ~0.3 ms for a
@@ -96,3 +105,48 @@ def build_attention_mask(
         and_mask_function=isolate,
         allow_is_causal_skip=False,
     )
+
+
+# ---- the fast path for prefix_causal: the prefix rows on sdpa's causal kernel ----------------
+PIP_SDPA = "pipkie_sdpa"
+
+
+def pip_sdpa_attention(module, query, key, value, attention_mask, *, pip_causal_rows: int = 0, **kwargs):
+    """sdpa, except that the first `pip_causal_rows` query rows, which the caller guarantees are a
+    plain causal prefix without padding or cache, run on the causal kernel; the remaining rows use
+    their rows of `attention_mask`. query: (batch, heads, q, d); key/value: (batch, kv heads, kv, d)."""
+    c = pip_causal_rows
+    if not c or query.shape[2] != key.shape[2] or not getattr(module, "is_causal", True):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    kwargs.pop("is_causal", None)
+    head, _ = sdpa_attention_forward(module, query[:, :, :c], key[:, :, :c], value[:, :, :c], None,
+                                     is_causal=True, **kwargs)
+    rest = attention_mask[:, :, c:] if attention_mask is not None else None
+    tail, _ = sdpa_attention_forward(module, query[:, :, c:], key, value, rest, is_causal=False, **kwargs)
+    return torch.cat([head, tail], dim=1), None  # (batch, q, heads, d)
+
+
+AttentionInterface.register(PIP_SDPA, pip_sdpa_attention)
+AttentionMaskInterface.register(PIP_SDPA, sdpa_mask)
+
+
+def enable_pip_attention(model) -> bool:
+    """Switch a text model on sdpa to "pipkie_sdpa" (same results; PIP passes get the fast path).
+    Vision-language models are left alone (their vision tower must not see PIP's arguments)."""
+    config = model.config
+    if getattr(config, "_attn_implementation", None) != "sdpa" or config.sub_configs:
+        return False
+    model.set_attn_implementation(PIP_SDPA)
+    return True
+
+
+def causal_rows(model, pattern: str, attention_mask: torch.Tensor, block_ids: torch.Tensor | None, cache=None) -> int:
+    """How many leading rows `pip_sdpa_attention` may run as a plain causal pass: the rows before the
+    first template token, when the model uses "pipkie_sdpa" under prefix_causal, with no padding and
+    no cache; 0 otherwise (everything through the explicit mask)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if (getattr(config, "_attn_implementation", None) != PIP_SDPA or pattern != "prefix_causal" or block_ids is None
+            or cache is not None or not bool(attention_mask.all())):
+        return 0
+    templated = (block_ids > 0).any(0).nonzero()
+    return int(templated[0]) if len(templated) else 0

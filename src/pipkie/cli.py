@@ -137,6 +137,7 @@ def bench(
     batch: str = typer.Option("1,8", help="batch sizes, comma-separated"),
     limit: int = typer.Option(32, help="documents timed per batch size"),
     threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
+    repeats: int = typer.Option(1, min=1, help="time each batch this many times per method, keep the fastest"),
     methods: str = typer.Option(",".join(("pip", "pip-refine1", "pip-refine2", "ar-forced", "ar-free"))),
     sweeps: bool = typer.Option(True, help="speed-up sweeps over number of keys and value length"),
     json_path: Optional[Path] = typer.Option(None, "--json"),
@@ -150,7 +151,7 @@ def bench(
     typer.echo(f"threads: torch={n} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
     result = run(model_path=model or default_model_path(), ar_model_path=ar_model, dataset=dataset, data_dir=data_dir, split=split,
                  batch_sizes=[int(b) for b in batch.split(",")], limit=limit, threads=n,
-                 methods=tuple(methods.split(",")), sweeps=sweeps, json_path=str(json_path) if json_path else None,
+                 repeats=repeats, methods=tuple(methods.split(",")), sweeps=sweeps, json_path=str(json_path) if json_path else None,
                  plot_dir=str(plot) if plot else None, log=typer.echo)
     typer.echo(markdown_table(result))
 

@@ -56,14 +56,18 @@ class CopyHead(nn.Module):
         nn.init.zeros_(self.length.weight)  # a flat prior to start from (and for heads saved without one)
         nn.init.zeros_(self.length.bias)
 
-    def span_logits(self, h_first_slot: torch.Tensor, h_stream: torch.Tensor, h_before: torch.Tensor):
-        """(H,), (M, H), (M, H) -> (M,) start scores and (M + 1,) end scores (the last one: the value
-        runs to the end of the document). h_before is the state of the token before each stream token:
-        in a causal LM the state that predicts it, which knows the left context a value starts after
-        (`TOTAL:`, `DATE`) and whether a line just ended."""
-        k = self.key(h_stream.float()) + self.key_prev(h_before.float())  # (M, d)
-        start = k @ self.query(h_first_slot.float()) / math.sqrt(self.dim)
-        end = k @ self.end_query(h_first_slot.float()) / math.sqrt(self.dim)
+    def stream_keys(self, h_stream: torch.Tensor, h_before: torch.Tensor) -> torch.Tensor:
+        """(M, H), (M, H) -> (M, d): what each stream token offers as a value's start or end. h_before
+        is the state of the token before each stream token: in a causal LM the state that predicts
+        it, which knows the left context a value starts after (`TOTAL:`, `DATE`) and whether a line
+        just ended. One row's keys serve all of its fields."""
+        return self.key(h_stream.float()) + self.key_prev(h_before.float())
+
+    def span_logits(self, h_first_slot: torch.Tensor, keys: torch.Tensor):
+        """(H,), (M, d) stream keys -> (M,) start scores and (M + 1,) end scores (the last one: the
+        value runs to the end of the document)."""
+        start = keys @ self.query(h_first_slot.float()) / math.sqrt(self.dim)
+        end = keys @ self.end_query(h_first_slot.float()) / math.sqrt(self.dim)
         return start, torch.cat([end, end.new_zeros(1)])
 
     def save(self, directory: str | Path) -> None:
@@ -109,6 +113,7 @@ class FieldSpan:
     stream_ids: torch.Tensor  # (M,) their token ids
     end_id: int = -1  # the token that closes a value (<|pip_end|>)
     targets: torch.Tensor | None = None  # (K,) value tokens (training)
+    keys: torch.Tensor | None = None  # (M, d) the row's `CopyHead.stream_keys`, when its fields share them
 
 
 def _shifted(stream_ids: torch.Tensor, k: int) -> torch.Tensor:
@@ -132,9 +137,17 @@ def start_gate_past(head: CopyHead, hidden: torch.Tensor, f: FieldSpan):
         return _start_and_gate_fp32(head, hidden[f.row].float(), f)
 
 
+def stream_keys(head: CopyHead, h: torch.Tensor, stream: torch.Tensor) -> torch.Tensor:
+    """(L, H) one row's final states, (M,) its stream positions -> (M, d) float32 stream keys."""
+    with torch.autocast(h.device.type, enabled=False):
+        stream = stream.to(h.device)
+        return head.stream_keys(h[stream].float(), h[(stream - 1).clamp_min(0)].float())
+
+
 def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan):
     slots, stream = f.slots.to(h.device), f.stream.to(h.device)
-    start, end = head.span_logits(h[slots[0]], h[stream], h[(stream - 1).clamp_min(0)])
+    keys = f.keys if f.keys is not None else stream_keys(head, h, stream)
+    start, end = head.span_logits(h[slots[0]], keys)
     p_start = start.softmax(-1)  # (M,)
     m, k = len(stream), len(slots)
     prior = head.length(h[slots[0]])  # (1 + MAX_LENGTH,)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from pipkie.attention import build_attention_mask
-from pipkie.copyhead import FieldSpan, get_head, mixture, start_gate_past
+from pipkie.attention import build_attention_mask, causal_rows
+from pipkie.copyhead import FieldSpan, get_head, mixture, start_gate_past, stream_keys
 from pipkie.schema import KeySchema
 from pipkie.template import Encoded, TemplateBuilder
 
@@ -95,6 +95,9 @@ def pip_hidden(model, ids, attn, block_ids, *, pattern: str, cache=None, start=N
     mask = build_attention_mask(model, pattern, attn, query_length=ids.shape[1], block_ids=block_ids,
                                 cache=cache, position_ids=pos)
     rope = rope_positions(model, ids, attn, model_inputs) if cache is None else pos
+    c = causal_rows(model, pattern, attn, block_ids, cache)
+    if c:  # the prefix rows on the causal kernel (pipkie.attention.pip_sdpa_attention)
+        model_inputs = {**model_inputs, "pip_causal_rows": c}
     return final_hidden(model, ids, mask, rope, cache, **model_inputs)
 
 
@@ -127,9 +130,10 @@ def predict_slots(model, builder: TemplateBuilder, encs: list[Encoded], hidden: 
         start, end = builder.document_span(e.prefix_len, images[r] if images else None)
         stream = torch.tensor(builder.copy_stream(e.input_ids, start, end), dtype=torch.long)
         stream_ids = torch.tensor(e.input_ids, dtype=torch.long)[stream]
+        keys = stream_keys(head, hidden[r], stream + offsets[r])  # (M, d), shared by the row's fields
         for f in e.fields:
             span = FieldSpan(row=r, slots=torch.arange(f.start, f.start + f.length) + offsets[r],
-                             stream=stream + offsets[r], stream_ids=stream_ids, end_id=builder.end_id)
+                             stream=stream + offsets[r], stream_ids=stream_ids, end_id=builder.end_id, keys=keys)
             p_start, gate, past = start_gate_past(head, hidden, span)
             ended = (past > 0.5).nonzero()
             n = int(ended[0]) + 1 if lazy and len(ended) else f.length

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from pipkie.attention import enable_pip_attention
 from pipkie.copyhead import CopyHead, attach
 from pipkie.template import SPECIAL_TOKENS, TemplateBuilder, add_special_tokens
 
@@ -169,6 +170,7 @@ def load_model(path: str | Path, *, dtype=torch.float32, pad_vocab: bool = False
         attach(model, CopyHead.load(path))
     if pad_vocab:
         pad_vocabulary(model)
+    enable_pip_attention(model)
     model.eval()
     return model, tokenizer, settings
 
