@@ -231,8 +231,8 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
                 turn = (ci + rep) % len(names)
                 for name in names[turn:] + names[:turn]:
                     dt, preds, n, mb = _measure(*pick[name], chunks[ci], schema, name, pattern)
-                    if name in best:
-                        dt, preds, n, mb = min(dt, best[name][0]), best[name][1], n, max(mb, best[name][3])
+                    if name in best:  # the first round's predictions; the fastest time, the largest peak
+                        preds, dt, mb = best[name][1], min(dt, best[name][0]), max(mb, best[name][3])
                     best[name] = (dt, preds, n, mb)
             for name, (dt, preds, n, mb) in best.items():
                 r = raw[name]
