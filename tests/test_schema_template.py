@@ -95,3 +95,24 @@ def test_overlong_document_truncates_or_raises_but_keeps_template(tokenizer):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         b.pip("apple berry", schema)  # a short document: no warning
+
+
+def test_key_descriptions_reach_the_template_and_the_ar_prompt(tokenizer):
+    b = TemplateBuilder(tokenizer, max_length=256, default_budget=4)
+
+    class Receipt(BaseModel):
+        total: str = Field(description="the  amount\n paid")
+        date: str
+
+    schema = KeySchema.parse(Receipt)
+    assert schema.keys[0].description == "the amount paid"  # whitespace collapsed
+    enc = b.pip("apple berry 12.50", schema)
+    template = tokenizer.decode(enc.input_ids[enc.prefix_len:])
+    assert "total (the amount paid):" in template and "\ndate:" in template
+    assert len(enc.fields) == 2 and enc.fields[0].length == 4
+    prompt = tokenizer.decode(b.ar_prompt("apple berry 12.50", schema).input_ids)
+    assert "keys: total (the amount paid), date" in prompt
+    answer = tokenizer.decode(b.ar_answer(schema, {"total": "12.50", "date": None}))
+    assert "total:" in answer and "amount paid" not in answer  # AR answers write names only
+    with pytest.raises(SchemaError, match="description"):
+        Key("total", "x" * 201)

@@ -58,7 +58,7 @@ def ar_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[K
         keys = list(schema)
         budgets = [builder.budget(k) for k in keys]
         rows.append(_Row(keys, budgets, free, limit=builder.ar_reserved(schema), fixed_length=fixed_length))
-        chunks.append(enc.input_ids + ([] if free else builder.header(keys[0].name)))
+        chunks.append(enc.input_ids + ([] if free else builder.answer_header(keys[0])))
     ids, attn = left_pad(chunks, builder.pad_id)
     cache = DynamicCache(config=model.config)
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), cache=cache,
@@ -105,7 +105,7 @@ def _advance(builder: TemplateBuilder, r: _Row, tok: int, prob: float) -> list[i
     if r.field_idx == len(r.keys):
         r.done = True
         return []
-    return fed + builder.header(r.keys[r.field_idx].name)
+    return fed + builder.answer_header(r.keys[r.field_idx])
 
 
 def _finish(builder: TemplateBuilder, r: _Row) -> Prediction:

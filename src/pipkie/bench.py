@@ -127,7 +127,7 @@ def run_method(model, builder, texts, schema, method: str, pattern: str):
     if method.startswith("pip"):
         refine = int(method[-1]) if method != "pip" else 0
         preds = pip_decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine)
-        return preds, sum(builder.template_length(schema) - sum(len(builder.header(k.name)) for k in schema)
+        return preds, sum(builder.template_length(schema) - sum(len(builder.header(k)) for k in schema)
                           for _ in texts)
     stats = ARStats()
     preds = ar_decode(model, builder, texts, schemas, mode="free" if method == "ar-free" else "forced", stats=stats)

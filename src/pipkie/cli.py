@@ -320,6 +320,33 @@ def extract(
 
 
 @app.command()
+def ocr(
+    src: Path = typer.Argument(..., help="a folder of images/PDFs (searched recursively) or one file"),
+    out: Path = typer.Option(..., help="folder for the JSON-words files ({relative path}.json)"),
+    engine: str = typer.Option("rapidocr", help="rapidocr | tesseract"),
+    threads: Optional[int] = typer.Option(None, help="OCR threads per process (default $PIPKIE_THREADS or 1)"),
+    limit: Optional[int] = typer.Option(None, help="at most this many files"),
+    shard: str = typer.Option("0/1", help="I/N: every N-th file from the I-th (run N processes to use N cores)"),
+):
+    """OCR a folder into pipkie's JSON-words format, resumably (files already done are skipped).
+
+    The outputs load with `pipkie extract OUT/x.json` and as the dataset `words` (`pipkie.data.words`).
+    """
+    from pipkie.ocr_folder import ocr_folder
+
+    try:
+        i, n = (int(v) for v in shard.split("/"))
+        stats = ocr_folder(src, out, engine=engine, threads=_threads(threads), limit=limit, shard=(i, n))
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--shard") from None
+    except FileNotFoundError as e:
+        raise typer.BadParameter(str(e), param_hint="SRC") from None
+    typer.echo(json.dumps(stats))
+    if stats["failed"]:
+        typer.echo(f"{stats['failed']} file(s) failed: see {out / 'errors.jsonl'}", err=True)
+
+
+@app.command()
 def explain(
     file: Path = typer.Argument(..., help="the document (image, PDF, JSON words, box file or text)"),
     key: str = typer.Option(..., help="the field to explain, e.g. total"),

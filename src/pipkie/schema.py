@@ -1,8 +1,10 @@
 """Key schemas: which fields to extract, from a list, "a,b,c", a pydantic model or a JSON schema.
 
-A `Key` has a name (written literally into the template), an optional description (for people
-and for the service's OpenAPI docs; the model never sees it) and an optional mask budget
-`max_tokens` (how many `[mask]` slots its value gets; the longest value it can produce).
+A `Key` has a name (written literally into the template), an optional description (written into
+the template too, `"total (the amount paid):"`, so a user can say what a terse or unusual key
+means; pydantic's `Field(description=...)` and JSON schema's `description` become it) and an
+optional mask budget `max_tokens` (how many `[mask]` slots its value gets; the longest value it can
+produce).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Iterable
 MAX_KEYS = 64
 MAX_KEY_CHARS = 64
 MAX_VALUE_TOKENS = 256
+MAX_DESCRIPTION_CHARS = 200
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]*$")
 
 
@@ -40,6 +43,10 @@ class Key:
         if self.max_tokens is not None and not (1 <= int(self.max_tokens) <= MAX_VALUE_TOKENS):
             raise SchemaError(f"key {name!r}: max_tokens must be between 1 and {MAX_VALUE_TOKENS}")
         object.__setattr__(self, "name", name)
+        desc = " ".join(str(self.description).split()) if self.description is not None else ""
+        if len(desc) > MAX_DESCRIPTION_CHARS:
+            raise SchemaError(f"key {name!r}: description is {len(desc)} characters long (at most {MAX_DESCRIPTION_CHARS})")
+        object.__setattr__(self, "description", desc or None)
 
 
 @dataclass(frozen=True)

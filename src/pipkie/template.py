@@ -27,6 +27,9 @@ tokenized with a leading space (`" " + line`), so a value's tokens (" " + value)
 the document's token stream, across line breaks too once the line-break tokens are skipped
 (`copy_stream`).
 
+A key with a description (`pipkie.schema.Key.description`) has the header `"\n" key " (" description
+"):"` in PIP's template and in the AR prompt's key list; AR answers write the name alone.
+
 Values longer than a key's budget are cut to the budget in both paradigms, so PIP and AR learn
 and produce the same answers. A document that does not fit in `max_length` (with the template and,
 for AR, the value budgets) is truncated with a warning or refused, by option; the template is
@@ -69,6 +72,13 @@ class Encoded:
     targets: list[int] | None = None
     truncated: int = 0  # document tokens cut to fit
     blocks: list[int] | None = None  # block id of each template token (1, or 1 + field index)
+
+
+def header_text(key: Key | str) -> str:
+    """The text before a field's value: "\nname:" or "\nname (description):"."""
+    if isinstance(key, Key):
+        return f"\n{key.name} ({key.description}):" if key.description else f"\n{key.name}:"
+    return f"\n{key}:"
 
 
 def slot_token(j: int) -> str:
@@ -128,10 +138,18 @@ class TemplateBuilder:
     def _ids(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
-    def header(self, key: str) -> list[int]:
-        if key not in self._headers:
-            self._headers[key] = self._ids(f"\n{key}:")
-        return self._headers[key]
+    def header(self, key: Key | str) -> list[int]:
+        """`"\n" name ":"`, or `"\n" name " (" description "):"` for a key with a description: PIP's
+        header of a field (what its slots read to know what to find)."""
+        text = header_text(key)
+        if text not in self._headers:
+            self._headers[text] = self._ids(text)
+        return self._headers[text]
+
+    def answer_header(self, key: Key | str) -> list[int]:
+        """The header an AR answer writes before a value: the name only (its description, if any, is in
+        the AR prompt's key list, so a free decoder need not repeat it)."""
+        return self.header(key.name if isinstance(key, Key) else key)
 
     def budget(self, key: Key) -> int:
         return key.max_tokens or self.budgets.get(key.name, self.default_budget)
@@ -152,7 +170,7 @@ class TemplateBuilder:
 
     def key_list(self, schema: KeySchema) -> list[int]:
         """The AR prompt's list of requested keys (PIP's template names them already)."""
-        return self._ids("\nkeys: " + ", ".join(schema.names))
+        return self._ids("\nkeys: " + ", ".join(header_text(k)[1:-1] for k in schema))
 
     def document_ids(self, text: str) -> list[int]:
         """The document's tokens. With `copy`, every line starts with a space, so a word at the
@@ -202,7 +220,7 @@ class TemplateBuilder:
 
     # -- PIP -------------------------------------------------------------------------------
     def template_length(self, schema: KeySchema) -> int:
-        return sum(len(self.header(k.name)) + self.budget(k) for k in schema)
+        return sum(len(self.header(k)) + self.budget(k) for k in schema)
 
     def pip(self, text: str, schema: KeySchema, values: Mapping[str, str | None] | None = None,
             image: list[int] | None = None) -> Encoded:
@@ -221,7 +239,7 @@ class TemplateBuilder:
         """The template alone, to follow a prefix of length `offset`: ids, slots, targets, block ids."""
         ids, targets, blocks, slots = [], [], [], []
         for i, k in enumerate(schema):
-            h, b = self.header(k.name), self.budget(k)
+            h, b = self.header(k), self.budget(k)
             slots.append(FieldSlots(k.name, offset + len(ids) + len(h), b))
             ids += h + [self.slot_input(j) for j in range(b)]
             blocks += [1 + i if self.field_blocks else 1] * (len(h) + b)
@@ -234,13 +252,13 @@ class TemplateBuilder:
     def ar_reserved(self, schema: KeySchema) -> int:
         """Tokens after the document: key list, <|pip_answer|>, headers + budgets + one end token per
         field, eos."""
-        return len(self.key_list(schema)) + 1 + sum(len(self.header(k.name)) + self.budget(k) + 1 for k in schema) + 1
+        return len(self.key_list(schema)) + 1 + sum(len(self.answer_header(k)) + self.budget(k) + 1 for k in schema) + 1
 
     def ar_answer(self, schema: KeySchema, values: Mapping[str, str | None]) -> list[int]:
         """The answer an AR model writes after <|pip_answer|> (its training target)."""
         ids = []
         for k in schema:
-            ids += self.header(k.name) + self.value_ids(values.get(k.name), self.budget(k)) + [self.end_id]
+            ids += self.answer_header(k) + self.value_ids(values.get(k.name), self.budget(k)) + [self.end_id]
         return ids + [self.eos_id]
 
     def ar_prompt(self, text: str, schema: KeySchema) -> Encoded:
