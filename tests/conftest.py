@@ -1,4 +1,9 @@
-"""Shared fixtures: tiny random models and tokenizers (nothing is downloaded), the shared data."""
+"""Shared fixtures: tiny random models and tokenizers (nothing is downloaded), the shared data.
+
+The shared data (`../shared/data`, or `$PIPKIE_SHARED_DATA`) is optional on a developer's machine,
+where tests that need it skip. Under `CI=true` it is required: a run without it fails at start-up
+(`pytest_configure`), so a CI run can never pass by skipping the tests that read real data.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import torch
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = Path(os.environ.get("PIPKIE_SHARED_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 
 WORDS = ("apple berry cedar delta ember frost grove harbor island jade kite lemon maple north ocean pearl quartz "
          "river stone tiger umber violet willow xenon yarrow zephyr").split()
@@ -48,8 +53,31 @@ def tiny_model(tokenizer, arch: str = "qwen2", attn: str = "sdpa", seed: int = 0
     return model.eval()
 
 
+def in_ci(env=os.environ) -> bool:
+    return env.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def missing_shared_data(path: Path = SHARED) -> str | None:
+    """Why the shared data cannot be used (None when it can)."""
+    return None if (Path(path) / "sroie").is_dir() else f"shared data not found at {path} (no sroie/ in it)"
+
+
+def require_shared_data(path: Path = SHARED, env=os.environ) -> Path:
+    """The shared data folder; without it a test skips, or fails under CI=true."""
+    why = missing_shared_data(path)
+    if why and in_ci(env):
+        pytest.fail(f"{why}; CI=true requires it")
+    if why:
+        pytest.skip(why)
+    return Path(path)
+
+
+def pytest_configure(config):
+    why = missing_shared_data()
+    if why and in_ci():
+        raise pytest.UsageError(f"{why}; CI=true requires it: the tests that read real data must run, not skip")
+
+
 @pytest.fixture
 def shared_data():
-    if not (SHARED / "sroie").is_dir():
-        pytest.skip(f"shared data not found at {SHARED}")
-    return SHARED
+    return require_shared_data()

@@ -107,23 +107,42 @@ def evaluate(
     dataset: str = typer.Option("sroie", help="sroie | wildreceipt | kleister_nda | funsd | cord | poie | donut"),
     data_dir: str = typer.Option(..., help="the dataset's directory"),
     split: str = typer.Option("test"),
-    decode: str = typer.Option("pip", help="pip | ar | ar-forced"),
+    decode: str = typer.Option("pip", help="pip | ar-free | ar-forced (ar = ar-free)"),
     model: Optional[str] = typer.Option(None, help="model directory (default: the shipped model)"),
     keys: Optional[str] = typer.Option(None, help="comma-separated keys (default: the model's)"),
+    schema: Optional[Path] = typer.Option(None, help="a flat JSON-schema file (keys with descriptions/budgets)"),
+    key_map: Optional[str] = typer.Option(None, help="KEY=GOLD_KEY,...: score KEY against the dataset's GOLD_KEY (e.g. company=store_name)"),
     limit: Optional[int] = typer.Option(None, help="first N documents only"),
-    batch_size: int = typer.Option(4),
-    refine_steps: int = typer.Option(0, help="PIP Mask-Predict refinement passes"),
+    batch_size: int = typer.Option(4, min=1),
+    refine_steps: int = typer.Option(0, min=0, help="PIP Mask-Predict refinement passes"),
+    ocr: Optional[str] = typer.Option(None, help="rapidocr | tesseract: OCR the documents' images instead of using the dataset's words"),
+    ocr_cache: Optional[Path] = typer.Option(None, help="OCR words cache (default: ocr-cache/ beside --json); `pipkie ocr DATA_DIR --out DIR` writes one"),
     threads: Optional[int] = typer.Option(None),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="write the result here (+ .predictions.jsonl)"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the result here (+ .predictions.jsonl, resumed only under the same settings)"),
+    fresh: bool = typer.Option(False, "--fresh", help="start over even if the predictions file matches these settings"),
+    reliability: Optional[Path] = typer.Option(None, help="save a reliability diagram (PNG) of the confidences here"),
 ):
-    """Decode a labelled split and print ANLS / exact-match F1 per key."""
+    """Decode a labelled split and print ANLS / exact-match F1 per key, calibration and truncation.
+
+    An existing predictions file is resumed only when it was made under the same settings (model
+    weights, keys, decoder, refinement, OCR, data, limit, key map); otherwise the run starts over
+    and says why (the old file is kept as .predictions.previous.jsonl).
+    """
     from pipkie.evaluate import evaluate as run, format_table
     from pipkie.modeling import default_model_path
+    from pipkie.ocr import OCREngineError
 
     n = _threads(threads)
-    result = run(dataset=dataset, data_dir=data_dir, split=split, decode=decode, model_path=model or default_model_path(),
-                 keys=keys.split(",") if keys else None, limit=limit, batch_size=batch_size, threads=n,
-                 refine_steps=refine_steps, json_path=str(json_path) if json_path else None)
+    ks = _key_schema(keys, schema)
+    _quiet_transformers()
+    try:
+        result = run(dataset=dataset, data_dir=data_dir, split=split, decode=decode, model_path=model or default_model_path(),
+                     keys=ks, key_map=key_map, limit=limit, batch_size=batch_size, threads=n, refine_steps=refine_steps,
+                     ocr=ocr, ocr_cache=str(ocr_cache) if ocr_cache else None, json_path=str(json_path) if json_path else None,
+                     fresh=fresh, reliability=str(reliability) if reliability else None, log=lambda m: typer.echo(m, err=True))
+    except (ValueError, FileNotFoundError, OCREngineError) as e:
+        _err(str(e).replace("\n", " "))
+        raise typer.Exit(2)
     typer.echo(format_table(result))
 
 
@@ -412,6 +431,32 @@ def serve(
                       load_workers=load_workers)
     typer.echo(f"pipkie: serving {ex.name} on http://{host}:{port} (docs: /docs)", err=True)
     uvicorn.run(app_, host=host, port=port, log_level="warning")
+
+
+@app.command()
+def compare(
+    a: Path = typer.Argument(..., help="predictions file of system A (pipkie evaluate's .predictions.jsonl)"),
+    b: Path = typer.Argument(..., help="predictions file of system B, on the same documents"),
+    metric: str = typer.Option("anls", help="anls | exact (micro exact-match F1)"),
+    samples: int = typer.Option(10000, min=1, help="bootstrap resamples"),
+    seed: int = typer.Option(0),
+    level: float = typer.Option(0.95, min=0.5, max=0.999, help="interval coverage"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the result here"),
+):
+    """Paired bootstrap over documents: A − B with its 95% interval, overall and per key."""
+    from pipkie.compare import compare_files, format_comparison
+
+    for p in (a, b):
+        if not p.is_file():
+            raise typer.BadParameter(f"{p}: no such file")
+    try:
+        result = compare_files(a, b, metric=metric, samples=samples, seed=seed, level=level)
+    except ValueError as e:
+        _err(str(e))
+        raise typer.Exit(2)
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+    typer.echo(format_comparison(result))
 
 
 def main():

@@ -1,87 +1,160 @@
-"""`pipkie evaluate`: decode a labelled split and score it (ANLS, exact-match F1, per key).
+"""`pipkie evaluate`: decode a labelled split and score it (ANLS, exact-match F1, per key), with
+the confidences' calibration and the documents that did not fit the context.
 
-Predictions are appended to `<json>.predictions.jsonl` as they are made, so an interrupted run
-resumes where it stopped (`resume=True`, the default) instead of starting over.
+Predictions are appended to `<json>.predictions.jsonl` as they are made (`pipkie.eval_store`), so
+an interrupted run resumes where it stopped, and only a run under the same settings (model, keys,
+decoder, data, OCR, key map) resumes: anything else starts over, with a message saying why.
+
+Decoders, one name each: `pip` (one parallel pass, `refine_steps` Mask-Predict passes on top),
+`ar-free` (the AR baseline writes the whole answer) and `ar-forced` (the decoder writes the keys,
+the model the values). `ar` is accepted for `ar-free`, the name `pipkie extract` uses.
+
+The summary (returned, printed by `format_table`, written to `json_path`) holds `pipkie.metrics`'
+numbers, `truncated_docs` (documents cut to fit the model's context; each row's `truncated` is
+its count of cut tokens, from the decoder's own encoding, `Encoded.truncated`), `calibration`
+(`pipkie.calibration`), `warnings` (e.g. a requested key no document has a gold value for) and the
+run's `fingerprint`.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
+from typing import Callable, Iterable
 
 import torch
 from tqdm.auto import tqdm
 
 from pipkie.ar import ar_decode
-from pipkie.data import read_dataset
+from pipkie.calibration import calibration, calibration_pairs, reliability_diagram
 from pipkie.decode import pip_decode
 from pipkie.document import serialize
+from pipkie.eval_data import gold_fields, gold_warnings, load_documents, parse_key_map
+from pipkie.eval_store import model_fingerprint, read_predictions, resume, run_fingerprint
 from pipkie.metrics import Scores
 from pipkie.modeling import builder_for, load_model
 from pipkie.schema import KeySchema
 
-DECODES = ("pip", "ar", "ar-forced")
+DECODES = ("pip", "ar-free", "ar-forced")
+ALIASES = {"ar": "ar-free"}
+
+
+def decoder_name(decode: str) -> str:
+    """The decoder's one name (`ar` → `ar-free`); an unknown name raises ValueError."""
+    name = ALIASES.get(decode, decode)
+    if name not in DECODES:
+        raise ValueError(f"unknown decode {decode!r}; choose one of {', '.join(DECODES)}")
+    return name
 
 
 def decode_batch(model, builder, texts, schema: KeySchema, decode: str, *, pattern: str, refine_steps: int = 0):
     schemas = [schema] * len(texts)
-    if decode == "pip":
-        return pip_decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps)
-    if decode in ("ar", "ar-forced"):
-        return ar_decode(model, builder, texts, schemas, mode="free" if decode == "ar" else "forced")
-    raise ValueError(f"unknown decode {decode!r}; choose one of {DECODES}")
+    decode = decoder_name(decode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # truncation: counted per document (truncated_tokens)
+        if decode == "pip":
+            return pip_decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps)
+        return ar_decode(model, builder, texts, schemas, mode="free" if decode == "ar-free" else "forced")
+
+
+def truncated_tokens(builder, text: str, schema: KeySchema, decode: str) -> int:
+    """Document tokens the decoder's input drops to fit the context (0 when the document fits)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        enc = builder.pip(text, schema) if decoder_name(decode) == "pip" else builder.ar_prompt(text, schema)
+    return int(enc.truncated)
+
+
+def summarize(rows: list[dict], keys: list[str]) -> dict:
+    """Scores, truncation and calibration of predictions-file rows (their own gold values)."""
+    scores = Scores()
+    for r in rows:
+        scores.add_document(r["pred"], r["gold"], keys)
+    return dict(scores.summary(), n_docs=len(rows), truncated_docs=sum(bool(r.get("truncated")) for r in rows),
+                calibration=calibration(calibration_pairs(rows, keys)))
+
+
+def rescore(pred_path: str | Path, keys: list[str] | None = None) -> dict:
+    """`summarize` of a predictions file, over `keys` (default: the gold keys of its first row)."""
+    rows = read_predictions(pred_path)
+    if not rows:
+        raise ValueError(f"{pred_path}: no predictions")
+    return summarize(rows, keys or list(rows[0]["gold"]))
 
 
 def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = "pip", model_path: str,
-             keys: list[str] | None = None, limit: int | None = None, batch_size: int = 4, threads: int = 2,
-             refine_steps: int = 0, json_path: str | None = None, resume: bool = True) -> dict:
+             keys: Iterable | str | None = None, key_map: str | dict | None = None, limit: int | None = None,
+             batch_size: int = 4, threads: int = 1, refine_steps: int = 0, ocr: str | None = None,
+             ocr_cache: str | None = None, json_path: str | None = None, fresh: bool = False,
+             reliability: str | None = None, log: Callable[[str], None] = print) -> dict:
+    decode = decoder_name(decode)
+    key_map = parse_key_map(key_map)
+    ocr = None if ocr in (None, "", "none", "dataset") else ocr
+    model_id = model_fingerprint(model_path)
+    if ocr and not ocr_cache:
+        ocr_cache = str((Path(json_path).parent if json_path else Path(".")) / "ocr-cache" / f"{ocr}-{Path(data_dir).resolve().name}")
+    docs, warns = load_documents(dataset, data_dir, split, limit=limit, ocr=ocr, ocr_cache=ocr_cache,
+                                 threads=threads, log=log)
     torch.set_num_threads(threads)
     model, tokenizer, settings = load_model(model_path, pad_vocab=True)
     builder = builder_for(tokenizer, settings)
-    docs = list(read_dataset(dataset, data_dir, split, limit=limit))
     schema = KeySchema.parse(keys or settings.keys or sorted({k for d in docs for k in d.fields}))
+    warns += gold_warnings(docs, schema.names, key_map)
+    for w in warns:
+        log(f"warning: {w}")
+    fingerprint = run_fingerprint(
+        model=model_id, keys=[[k.name, k.description, builder.budget(k)] for k in schema], decode=decode,
+        refine_steps=refine_steps, ocr=ocr, dataset=dataset, split=split, data_dir=str(Path(data_dir).resolve()),
+        limit=limit, key_map=key_map)
     pred_path = Path(json_path).with_suffix(".predictions.jsonl") if json_path else None
-    done: dict[str, dict] = {}
-    if pred_path and resume and pred_path.exists():
-        for line in pred_path.read_text().splitlines():
-            r = json.loads(line)
-            if r.get("decode") == decode:
-                done[r["id"]] = r
+    done = resume(pred_path, fingerprint, fresh=fresh, summary=Path(json_path), log=log) if pred_path else {}
     todo = [d for d in docs if d.id not in done]
-    out = open(pred_path, "a" if resume else "w") if pred_path else None
-    seconds = sum(r["seconds"] for r in done.values())
+    if done:
+        log(f"evaluate: resuming {pred_path}: {len(docs) - len(todo)} of {len(docs)} documents already decoded")
+    pattern = settings.pattern if settings.objective == "pip" else "prefix_causal"
+    if pred_path:
+        pred_path.parent.mkdir(parents=True, exist_ok=True)
+    out = open(pred_path, "a", encoding="utf-8") if pred_path else None
     bar = tqdm(total=len(docs), initial=len(docs) - len(todo), desc=f"evaluate {decode}")
-    for i in range(0, len(todo), batch_size):
-        chunk = todo[i: i + batch_size]
-        t0 = time.perf_counter()
-        preds = decode_batch(model, builder, [serialize(d) for d in chunk], schema, decode,
-                             pattern=settings.pattern if settings.objective == "pip" else "prefix_causal",
-                             refine_steps=refine_steps)
-        dt = (time.perf_counter() - t0) / len(chunk)
-        for d, p in zip(chunk, preds):
-            r = dict(id=d.id, decode=decode, seconds=dt, pred={k: f.value for k, f in p.items()},
-                     confidence={k: round(f.confidence, 4) for k, f in p.items()},
-                     gold={k: d.fields.get(k) for k in schema.names})
-            done[d.id] = r
-            seconds += dt
-            if out:
-                out.write(json.dumps(r, ensure_ascii=False) + "\n")
-                out.flush()
-        bar.update(len(chunk))
-    bar.close()
-    if out:
-        out.close()
-    scores = Scores()
-    for d in docs:
-        r = done[d.id]
-        scores.add_document(r["pred"], {k: d.fields.get(k) for k in schema.names}, schema.names)
-    result = dict(scores.summary(), n_docs=len(docs), sec_per_doc=seconds / max(1, len(docs)), decode=decode,
-                  model=str(model_path), dataset=dataset, split=split, batch_size=batch_size, threads=threads,
-                  refine_steps=refine_steps)
+    try:
+        for i in range(0, len(todo), batch_size):
+            chunk = todo[i: i + batch_size]
+            texts = [serialize(d) for d in chunk]
+            t0 = time.perf_counter()
+            preds = decode_batch(model, builder, texts, schema, decode, pattern=pattern, refine_steps=refine_steps)
+            dt = (time.perf_counter() - t0) / len(chunk)
+            for d, t, p in zip(chunk, texts, preds):
+                r = dict(id=d.id, decode=decode, seconds=dt, pred={k: f.value for k, f in p.items()},
+                         confidence={k: round(f.confidence, 4) for k, f in p.items()},
+                         gold=gold_fields(d, schema.names, key_map),
+                         truncated=truncated_tokens(builder, t, schema, decode), run=fingerprint["hash"])
+                done[d.id] = r
+                if out:
+                    out.write(json.dumps(r, ensure_ascii=False) + "\n")
+                    out.flush()
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+        if out:
+            out.close()
+    rows = [done[d.id] for d in docs]
+    result = dict(summarize(rows, schema.names), sec_per_doc=sum(r["seconds"] for r in rows) / len(rows),
+                  decode=decode, model=str(model_path), dataset=dataset, split=split, keys=schema.names,
+                  key_map=key_map, ocr=ocr or "dataset", batch_size=batch_size, threads=threads,
+                  refine_steps=refine_steps, truncated_ids=[r["id"] for r in rows if r["truncated"]],
+                  warnings=warns, fingerprint=fingerprint)
+    if reliability:
+        result["reliability"] = str(reliability_diagram(result["calibration"], reliability,
+                                                        title=f"{dataset} {split} · {decode} · {Path(model_path).name}"))
     if json_path:
-        Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
+        Path(json_path).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     return result
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f}"
 
 
 def format_table(result: dict) -> str:
@@ -93,4 +166,11 @@ def format_table(result: dict) -> str:
         lines.append(f"{k:<12}{100 * v['anls']:>8.1f}{100 * v['exact']:>8.1f}{100 * v['f1']:>8.1f}")
     lines.append("-" * 36)
     lines.append(f"{'all':<12}{100 * result['anls']:>8.1f}{'':>8}{100 * result['f1']:>8.1f}")
+    cal = result.get("calibration")
+    if cal and cal["n_values"]:
+        lines.append(f"calibration: ECE {cal['ece']:.3f} over {cal['n_values']} values; "
+                     f"{_pct(cal['high_share'])}% have confidence ≥ {cal['high']}, {_pct(cal['high_exact'])}% of those exact")
+    if "truncated_docs" in result:
+        lines.append(f"truncated to fit the context: {result['truncated_docs']} of {result['n_docs']} documents")
+    lines += [f"warning: {w}" for w in result.get("warnings", [])]
     return "\n".join(lines)

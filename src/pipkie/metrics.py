@@ -3,41 +3,101 @@
 - Normalisation (both metrics): surrounding whitespace trimmed, inner runs of whitespace collapsed
   to one space. ANLS is also case-insensitive (as in DocVQA); exact match is case-sensitive (as in
   SROIE task 3).
-- ANLS of one field: 1 - Levenshtein(pred, gold) / max(len(pred), len(gold)), set to 0 when that
-  normalised distance is ≥ 0.5 (threshold τ = 0.5); a field missing on both sides scores 1, missing
-  on one side 0. With several gold values (multi-valued keys) the best match counts.
-- Exact match: micro over fields; a prediction counts when it equals a gold value. Precision over
-  non-missing predictions, recall over non-missing gold values.
+- Values are lists. A gold field is the list of its values (`Document.fields[key]`: one for most
+  keys, several for a multi-valued key such as Kleister's `party` or WildReceipt's `prod_item`); a
+  prediction is split on `" | "`, the separator `Document.value` writes between values in training
+  targets. Predicted and gold values are matched one to one (each gold value used at most once),
+  the matching that maximises the summed ANLS (`scipy.optimize.linear_sum_assignment`).
+- ANLS of one value pair: 1 - Levenshtein(pred, gold) / max(len(pred), len(gold)), set to 0 when
+  that normalised distance is ≥ 0.5 (threshold τ = 0.5). ANLS of a field: the matched pairs' sum
+  divided by max(number predicted, number of gold values), so a missing or surplus value costs as
+  much as a wrong one; a field missing on both sides scores 1, missing on one side 0. For one value
+  on each side this is plain ANLS.
+- Exact match: micro over values; a predicted value counts when it equals a gold value not already
+  matched (the size of the multiset intersection). Precision over non-missing predicted values,
+  recall over gold values. A field is `exact` when its predicted and gold values are the same
+  non-empty multiset.
+- `loose_exact`: the same comparison ignoring all whitespace and case, the notion of "right" used
+  for calibration (WildReceipt's transcriptions carry no spaces: `KOREANRESTAURANT`).
 """
 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
 from rapidfuzz.distance import Levenshtein
+from scipy.optimize import linear_sum_assignment
 
 _WS = re.compile(r"\s+")
+SEPARATOR = " | "  # between the values of a multi-valued field (pipkie.document.Document.value)
+
+Value = str | list[str] | None
 
 
 def normalize(text: str | None) -> str:
     return _WS.sub(" ", text or "").strip()
 
 
-def anls_score(pred: str | None, gold: str | list[str] | None, threshold: float = 0.5) -> float:
-    golds = [g for g in (gold if isinstance(gold, list) else [gold]) if normalize(g)]
-    p = normalize(pred).lower()
-    if not golds:
-        return 1.0 if not p else 0.0
-    if not p:
-        return 0.0
-    best = 0.0
-    for g in golds:
-        g = normalize(g).lower()
-        nl = Levenshtein.distance(p, g) / max(len(p), len(g))
-        best = max(best, 1.0 - nl if nl < threshold else 0.0)
-    return best
+def values(value: Value) -> list[str]:
+    """A field as its list of normalised, non-empty values: a string is split on `" | "`."""
+    items = value if isinstance(value, list) else normalize(value).split(SEPARATOR)
+    return [v for v in (normalize(x) for x in items) if v]
+
+
+def _anls_pair(p: str, g: str, threshold: float) -> float:
+    p, g = p.lower(), g.lower()
+    nl = Levenshtein.distance(p, g) / max(len(p), len(g))
+    return 1.0 - nl if nl < threshold else 0.0
+
+
+def anls_score(pred: Value, gold: Value, threshold: float = 0.5) -> float:
+    """ANLS of one field: values matched one to one, averaged over max(len(pred), len(gold))."""
+    ps, gs = values(pred), values(gold)
+    if not ps or not gs:
+        return float(not ps and not gs)
+    if len(ps) == len(gs) == 1:
+        return _anls_pair(ps[0], gs[0], threshold)
+    sim = np.array([[_anls_pair(p, g, threshold) for g in gs] for p in ps])
+    rows, cols = linear_sum_assignment(sim, maximize=True)
+    return float(sim[rows, cols].sum()) / max(len(ps), len(gs))
+
+
+def exact_matches(pred: Value, gold: Value) -> int:
+    """Predicted values equal (after normalisation) to a distinct gold value."""
+    return sum((Counter(values(pred)) & Counter(values(gold))).values())
+
+
+def loose_exact(pred: Value, gold: Value) -> bool:
+    """The predicted values are the gold values, ignoring whitespace and case (both non-empty)."""
+    squash = lambda v: sorted(_WS.sub("", x).casefold() for x in values(v))  # noqa: E731
+    p = squash(pred)
+    return bool(p) and p == squash(gold)
+
+
+@dataclass(frozen=True)
+class FieldScore:
+    """One field's contribution to every metric (what `Scores` sums and the bootstrap resamples)."""
+
+    anls: float
+    tp: int  # exact value matches
+    n_pred: int  # non-missing predicted values
+    n_gold: int  # gold values
+    exact: bool  # same non-empty multiset of values
+
+
+def score_field(pred: Value, gold: Value, threshold: float = 0.5) -> FieldScore:
+    ps, gs = values(pred), values(gold)
+    tp = exact_matches(ps, gs)
+    return FieldScore(anls_score(ps, gs, threshold), tp, len(ps), len(gs), bool(ps) and tp == len(ps) == len(gs))
+
+
+def prf(tp: float, n_pred: float, n_gold: float) -> dict[str, float]:
+    p = tp / n_pred if n_pred else 0.0
+    r = tp / n_gold if n_gold else 0.0
+    return dict(precision=p, recall=r, f1=2 * p * r / (p + r) if p + r else 0.0)
 
 
 @dataclass
@@ -50,36 +110,30 @@ class Scores:
     tp: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     n_pred: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     n_gold: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    n_exact: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
-    def add(self, key: str, pred: str | None, gold: str | list[str] | None) -> float:
-        s = anls_score(pred, gold, self.threshold)
-        self.anls_sum[key] += s
+    def add(self, key: str, pred: Value, gold: Value) -> float:
+        s = score_field(pred, gold, self.threshold)
+        self.anls_sum[key] += s.anls
         self.count[key] += 1
-        golds = [normalize(g) for g in (gold if isinstance(gold, list) else [gold]) if normalize(g)]
-        p = normalize(pred)
-        self.n_pred[key] += bool(p)
-        self.n_gold[key] += bool(golds)
-        self.tp[key] += bool(p) and p in golds
-        return s
+        self.tp[key] += s.tp
+        self.n_pred[key] += s.n_pred
+        self.n_gold[key] += s.n_gold
+        self.n_exact[key] += s.exact
+        return s.anls
 
-    def add_document(self, pred: dict[str, str | None], gold: dict[str, str | list[str] | None], keys) -> None:
+    def add_document(self, pred: dict[str, Value], gold: dict[str, Value], keys) -> None:
         for k in keys:
             self.add(k, pred.get(k), gold.get(k))
-
-    @staticmethod
-    def _prf(tp: int, n_pred: int, n_gold: int) -> dict[str, float]:
-        p = tp / n_pred if n_pred else 0.0
-        r = tp / n_gold if n_gold else 0.0
-        return dict(precision=p, recall=r, f1=2 * p * r / (p + r) if p + r else 0.0)
 
     def summary(self) -> dict:
         keys = sorted(self.count)
         n = sum(self.count.values())
         out = dict(anls=sum(self.anls_sum.values()) / n if n else 0.0, n_fields=n)
-        out.update(self._prf(sum(self.tp.values()), sum(self.n_pred.values()), sum(self.n_gold.values())))
+        out.update(prf(sum(self.tp.values()), sum(self.n_pred.values()), sum(self.n_gold.values())))
         out["per_key"] = {
             k: dict(anls=self.anls_sum[k] / self.count[k], n=self.count[k],
-                    exact=self.tp[k] / self.count[k], **self._prf(self.tp[k], self.n_pred[k], self.n_gold[k]))
+                    exact=self.n_exact[k] / self.count[k], **prf(self.tp[k], self.n_pred[k], self.n_gold[k]))
             for k in keys
         }
         return out
