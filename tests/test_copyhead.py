@@ -203,7 +203,7 @@ def test_tiny_model_learns_to_copy_values_it_never_saw(tokenizer, tmp_path):
     preds = pip_decode(model.eval(), b, [t for t, _ in docs], [KeySchema.parse(",".join(keys))] * len(docs))
     acc = sum(p[k].value == v[k] for (_, v), p in zip(docs, preds) for k in keys) / (3 * len(docs))
     print(f"copy-head field accuracy on unseen values: {acc:.3f}")
-    assert acc >= 0.8
+    assert acc >= 0.95  # 1.000 measured (60 fields)
 
 
 def test_stage1_span_copy_trains_the_head_next_to_masked_reconstruction(setup):
@@ -252,5 +252,5 @@ def test_refit_head_on_frozen_features(tokenizer, shared_data, tmp_path):
     refit, _, settings = load_model(tmp_path / "out")
     old, new = get_head(model).state_dict(), get_head(refit).state_dict()
     assert settings.copy_head and (tmp_path / "out" / "headfit.json").exists()
-    if summary["nll_after"]["val"] < summary["nll_before"]["val"]:
-        assert any(not torch.equal(old[k], new[k]) for k in old)
+    assert summary["nll_after"]["val"] < summary["nll_before"]["val"]  # the refit helped on held-out fields
+    assert any(not torch.equal(old[k], new[k]) for k in old)  # ... and the saved head is the refitted one

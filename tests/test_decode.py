@@ -135,3 +135,19 @@ def test_padded_vocabulary_changes_no_output(tokenizer):
         assert {k: (f.tokens, f.confidence) for k, f in got.items()} == {k: (f.tokens, f.confidence) for k, f in want.items()}
     for mode in ("free", "forced"):
         assert ar_decode(padded, b, texts, schemas, mode=mode) == ar_decode(model, b, texts, schemas, mode=mode)
+
+
+def test_a_value_without_its_end_token_is_truncated(tokenizer):
+    """A value that fills its budget (no end token among its slots, or an AR answer cut by its token
+    budget) is flagged; one closed inside its budget, or missing, is not."""
+    from pipkie.decode import _field_result
+
+    b = TemplateBuilder(tokenizer)
+    apple = b.value_ids("apple berry", 8)
+    assert _field_result(b, apple + [b.end_id] * 2, [0.9] * (len(apple) + 2)).truncated is False
+    full = _field_result(b, apple, [0.9] * len(apple))
+    assert full.truncated is True and full.value == "apple berry"
+    assert _field_result(b, [b.end_id] * 3, [0.9] * 3).truncated is False  # empty: missing, nothing cut
+    ids = b.header("company") + apple + [b.end_id] + b.header("total") + b.value_ids("9/1", 8)  # ran out here
+    out = parse_free_answer(b, ids, [0.5] * len(ids), ["company", "total"])
+    assert (out["company"].truncated, out["total"].truncated, out["total"].value) == (False, True, "9/1")

@@ -26,6 +26,7 @@ from pipkie.schema import KeySchema
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "samples" / "receipt.jpg"  # SROIE train X51005447832, bundled
 SROIE = ROOT.parent / "shared" / "data" / "sroie" / "train"
+KLEISTER = ROOT.parent / "shared" / "data" / "kleister_nda"
 BOX_FILE = SROIE / "box" / "X51005447832.txt"
 needs_sroie = pytest.mark.skipif(not BOX_FILE.exists(), reason="SROIE data not present")
 KEYS = ["company", "date", "address", "total"]
@@ -38,10 +39,17 @@ TOKENIZER_TEXT = [
 ]
 
 
-def build_tiny_model(directory: Path, seed: int = 0) -> Path:
-    """A random 2-layer qwen2 pipkie model directory (tokenizer, weights, pipkie.json): ~1 s on a CPU."""
+AR_BASELINE = "../pipkie-tiny-ar"
+
+
+def build_tiny_model(directory: Path, seed: int = 0, *, objective: str = "pip", ar_baseline: str | None = AR_BASELINE,
+                     copy_head: bool = False) -> Path:
+    """A random 2-layer qwen2 pipkie model directory (tokenizer, weights, pipkie.json): ~1 s on a CPU.
+    A PIP model gets a tiny AR model of its own beside it as its `ar_baseline` (None: no baseline);
+    `copy_head`: with a (random) copy head, slot tokens and field blocks, like the shipped model."""
     from transformers import AutoModelForCausalLM
 
+    from pipkie.copyhead import CopyHead
     from pipkie.modeling import Settings, add_tokens_to_model, compact_config
     from pipkie.template import SPECIAL_TOKENS
     from pipkie.train.tokenizer import train_tokenizer
@@ -49,15 +57,22 @@ def build_tiny_model(directory: Path, seed: int = 0) -> Path:
     directory = Path(directory)
     if (directory / "pipkie.json").exists():
         return directory
+    slots = 12 if copy_head else 0
     tok = train_tokenizer(TOKENIZER_TEXT * 4, vocab_size=500, special=list(SPECIAL_TOKENS))
     torch.manual_seed(seed)
     cfg = compact_config(len(tok), "qwen2", hidden=64, layers=2, heads=4, ffn=128, max_positions=1024)
     model = AutoModelForCausalLM.from_config(cfg)
-    add_tokens_to_model(model, tok)
+    add_tokens_to_model(model, tok, slots)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
-    Settings(keys=KEYS, budgets=BUDGETS, max_length=1024).save(directory)
+    pip = objective == "pip"
+    Settings(objective=objective, keys=KEYS, budgets=BUDGETS, max_length=1024, slot_tokens=slots,
+             field_blocks=copy_head, copy_head=copy_head, ar_baseline=ar_baseline if pip else None).save(directory)
+    if copy_head:
+        CopyHead(cfg.hidden_size, dim=16).save(directory)
+    if pip and ar_baseline:
+        build_tiny_model((directory / ar_baseline).resolve(), seed + 1, objective="ar")
     return directory
 
 
@@ -87,6 +102,13 @@ def tiny_extractor(tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def tiny_copy_extractor(tmp_path_factory):
+    """A tiny model with a random copy head (its answers are random, its decoding path the shipped one's)."""
+    return load_tiny_extractor(str(build_tiny_model(tmp_path_factory.getbasetemp() / "pipkie-tiny-copy", 2,
+                                                    copy_head=True, ar_baseline=None)))
+
+
+@pytest.fixture(scope="session")
 def receipt_doc() -> Document:
     """The bundled receipt, OCR'd once (rapidocr, ~3 s)."""
     return ocr_receipt()
@@ -94,16 +116,15 @@ def receipt_doc() -> Document:
 
 def check_extraction(result, keys=KEYS, decode="pip"):
     assert list(result.fields) == list(keys)
-    assert result.decode == decode and result.seconds >= 0 and isinstance(result.truncated, bool)
+    assert result.decode == decode and result.seconds >= 0 and result.truncated == (result.dropped_tokens > 0)
     for f in result.fields.values():
-        assert 0.0 <= f.confidence <= 1.0
+        assert 0.0 <= f.confidence <= 1.0 and isinstance(f.truncated, bool)
         assert f.grounding in ("exact", "fuzzy", "none")
-        if f.value is None:
-            assert f.boxes == [] and f.grounding == "none"
-        for b in f.boxes:
-            assert 0 <= b.x0 <= b.x1 <= 1 and 0 <= b.y0 <= b.y1 <= 1 and b.page >= 0 and b.text
+        assert f.value is not None or (f.boxes == [] and f.grounding == "none")  # missing: nothing grounded
+        assert all(0 <= b.x0 <= b.x1 <= 1 and 0 <= b.y0 <= b.y1 <= 1 and b.page >= 0 and b.text for b in f.boxes)
     d = json.loads(result.to_json())
-    assert set(d) == {"document", "fields", "decode", "seconds", "truncated"}
+    assert set(d) == {"document", "fields", "decode", "seconds", "truncated", "dropped_tokens"}
+    assert all(set(f) == {"value", "confidence", "boxes", "grounding", "truncated"} for f in d["fields"].values())
     return d
 
 
@@ -222,73 +243,163 @@ def test_truncation_is_reported(tiny_extractor):
     ks = KeySchema.parse(KEYS)
     room = ex.builder.max_length - ex.builder.template_length(ks) - len(ex.builder.instruction_ids) - 1
     fits = "9" * room  # digits are single tokens: exactly `room` document tokens
-    assert len(ex.builder._ids(fits)) == room
-    with pytest.warns(UserWarning):
-        long = ex.extract(None, text=fits + "9")
-    assert long.truncated and not ex.extract(None, text=fits).truncated
+    assert len(ex.builder._ids(fits)) == room == ex.builder.document_room(ex.builder.template_length(ks))
+    with pytest.warns(UserWarning, match="dropped from the middle"):
+        long = ex.extract(None, text=fits + "99")
+    assert long.truncated and long.dropped_tokens == 2
+    short = ex.extract(None, text=fits)
+    assert not short.truncated and short.dropped_tokens == 0
+    _, ar_builder = ex.decoder("ar-forced")
     with pytest.warns(UserWarning):  # AR reserves more room than PIP for the answer
-        assert ex.extract(None, decode="ar-forced", text=fits).truncated
+        ar = ex.extract(None, decode="ar-forced", text=fits)
+    assert ar.truncated and ar.dropped_tokens == ar_builder.ar_reserved(ks) - ex.builder.template_length(ks) - 1
 
 
-# ---- explain ------------------------------------------------------------------------------------
-def test_word_spans_match_serialize():
-    from pipkie.explain import word_spans
+@pytest.mark.skipif(not (KLEISTER / "dev-0").is_dir(), reason="Kleister-NDA data not present")
+def test_a_long_contract_keeps_its_end_and_the_flag_says_how_much_was_cut(tiny_extractor):
+    """Kleister-NDA contracts are several contexts long: the input keeps the document's first and
+    last tokens (slices of its own tokens, a marker line between), and extract says how many were
+    dropped."""
+    from pipkie.data import read_dataset
+    from pipkie.template import CUT_MARKER
 
-    doc = Document("d", words=[Word("b", (300, 10, 400, 30)), Word("a", (10, 12, 100, 30)), Word(" ", (0, 40, 5, 50)),
-                               Word("second line", (10, 100, 300, 130)), Word("p2", (10, 10, 50, 30), page=1)])
-    text, spans = word_spans(doc)
-    assert text == serialize(doc) == "a b\nsecond line\np2"
-    assert [(text[s:e], w.text) for s, e, w in spans] == [(w.text, w.text) for _, _, w in spans]
-    assert word_spans(Document("t", text="plain")) == ("plain", [])
-
-
-def test_explain_weights_over_ocr_words(tiny_extractor, receipt_doc, tmp_path):
-    from pipkie.explain import draw_heatmap, explain
-
-    ex = tiny_extractor
-    e = explain(ex, receipt_doc, "total")
-    assert ex.model.config._attn_implementation != "eager"  # switched back after the call
-    assert e.key == "total" and e.slots == BUDGETS["total"]
-    assert len(e.words) == len([w for w in receipt_doc.words if w.text.strip()])
-    weights = [x for _, x in e.words]
-    assert all(x >= 0 for x in weights) and 0.5 < sum(weights) <= 1 + 1e-5  # the rest: line breaks
-    assert sum(x for *_, x in e.tokens) == pytest.approx(1, abs=1e-4) and 0 < e.document_share <= 1
-    assert e.top(3)[0][1] == max(weights)
-    ref = ex.extract(receipt_doc).fields["total"]  # the same forward pass (eager instead of sdpa)
-    assert e.value == ref.value and e.confidence == pytest.approx(ref.confidence, abs=1e-3)
-    out = draw_heatmap(e, SAMPLE, tmp_path / "heat.png", doc=receipt_doc)
-    with Image.open(out) as im:
-        assert im.width == 664 and im.height > 1664  # the page + a banner
-    d = e.to_dict(top=5)
-    assert len(d["words"]) == 5 and all(0 <= v <= 1 for w in d["words"] for v in w["box"])
+    ex, ks = tiny_extractor, KeySchema.parse(KEYS)
+    doc = next(iter(read_dataset("kleister_nda", KLEISTER, "dev-0", limit=1)))
+    text = serialize(doc)
+    b = ex.builder
+    whole = b.document_ids(text)
+    room = b.document_room(b.template_length(ks))
+    assert len(whole) > 3 * room
+    with pytest.warns(UserWarning, match="dropped from the middle"):
+        result = ex.extract(doc)
+        enc = b.pip(text, ks)
+    assert result.truncated and result.dropped_tokens == len(whole) - room == enc.truncated
+    kept = enc.input_ids[len(b.instruction_ids): enc.prefix_len - 1]
+    assert len(kept) == room and len(enc.input_ids) == b.max_length
+    a, z = enc.seam
+    assert enc.input_ids[a:z] == b.marker_ids and b.tok.decode(b.marker_ids) == CUT_MARKER
+    n_head, n_tail = a - len(b.instruction_ids), enc.prefix_len - 1 - z
+    assert kept[:n_head] == whole[:n_head] and kept[-n_tail:] == whole[-n_tail:]  # the start and the END
+    assert abs(n_head - n_tail) <= 1 and n_tail > room // 3
+    last_line = text.rstrip().splitlines()[-1]
+    assert last_line.strip() and last_line.strip() in b.tok.decode(kept[-n_tail:])
 
 
-def test_explain_text_and_errors(tiny_extractor, tmp_path):
-    from pipkie.explain import draw_heatmap, explain
+@pytest.mark.skipif(not (KLEISTER / "dev-0").is_dir(), reason="Kleister-NDA data not present")
+def test_a_cut_documents_copy_stream_is_document_tokens_only(tiny_extractor):
+    """With the copy head's layout, every copy-stream position of a cut document is a token of the
+    document (the marker is left out), so copy positions still map to the document's characters."""
+    from pipkie.data import read_dataset
+    from pipkie.template import TemplateBuilder
 
-    e = explain(tiny_extractor, None, "total", text="Total 9.90", keys=["company", "total"])
-    assert e.words == [] and "".join(t for t, *_ in e.tokens) == "Total 9.90"
-    assert draw_heatmap(e, Document("t", text="Total 9.90"), tmp_path / "t.png").exists()
-    alone = explain(tiny_extractor, None, "vendor", text="Total 9.90")  # not a model key: decoded alone
-    assert alone.key == "vendor" and alone.slots == tiny_extractor.settings.default_budget
-    with pytest.raises(ValueError, match="not among the keys"):
-        explain(tiny_extractor, None, "total", text="x", keys=["date"])
-    doc = Document("w", words=[Word("TOTAL", (100, 800, 200, 820)), Word("9.90", (700, 800, 790, 820))],
-                   page_sizes=[(500, 1000)])
-    out = draw_heatmap(explain(tiny_extractor, doc, "total"), doc, tmp_path / "w.png")
-    with Image.open(out) as im:  # no image: the words are drawn on a white page of the page's shape
-        assert im.width == 500 and im.height > 1000
+    doc = next(iter(read_dataset("kleister_nda", KLEISTER, "dev-0", limit=1)))
+    text = serialize(doc)
+    b = TemplateBuilder(tiny_extractor.tokenizer, max_length=1024, copy=True, budgets=BUDGETS)
+    with pytest.warns(UserWarning):
+        enc = b.pip(text, KeySchema.parse(KEYS))
+    start, end = b.document_span(enc.prefix_len)
+    stream = b.copy_stream(enc.input_ids, start, end, enc.seam)
+    whole, offsets = b.document_ids(text), b.document_offsets(text)
+    assert not set(range(*enc.seam)) & set(stream) and len(stream) > 500
+    assert all(enc.kept[p - start] >= 0 and enc.input_ids[p] == whole[enc.kept[p - start]] for p in stream)
+    s, e = offsets[enc.kept[stream[-1] - start]]  # the stream ends where the document does
+    assert text[s:e].strip() and text[e:].strip() == ""
+    first = offsets[enc.kept[stream[0] - start]]
+    assert first[0] == len(text) - len(text.lstrip())
 
 
-def test_slot_attention_hooks_match_output_attentions(tiny_extractor):
-    from pipkie.explain import _slot_attention, eager_attention
+def test_ar_decodes_run_the_ar_baseline(tiny_extractor, tiny_model_dir):
+    """--decode ar / ar-forced run the model's AR baseline (pipkie.json `ar_baseline`), never the PIP
+    weights."""
+    from pipkie.ar import ar_decode
+    from pipkie.modeling import Settings, builder_for, load_model
 
-    model = tiny_extractor.model
-    ids = torch.tensor([tiny_extractor.builder._ids("Total 9.90 and more")])
-    rows = torch.tensor([2, 3])
-    with eager_attention(model), torch.inference_mode():
-        logits, per_layer = _slot_attention(model, rows, input_ids=ids)
-        full = model(input_ids=ids, output_attentions=True)
-    assert len(per_layer) == len(full.attentions) == 2 and torch.allclose(logits, full.logits)
-    for mine, ref in zip(per_layer, full.attentions):
-        assert torch.allclose(mine, ref[0, :, rows, :].mean(0), atol=1e-6)
+    assert Settings.load(tiny_model_dir).ar_baseline == AR_BASELINE
+    ar, tok, settings = load_model((tiny_model_dir / AR_BASELINE).resolve())
+    assert settings.objective == "ar"
+    text, ks = "Date 12/03/2019\nTotal 9.90", KeySchema.parse("total,date")
+    for decode, mode in (("ar", "free"), ("ar-forced", "forced")):
+        want = ar_decode(ar, builder_for(tok, settings), [text], [ks], mode=mode)[0]
+        got = tiny_extractor.extract(None, ks, decode=decode, text=text)
+        assert got.values() == {k: f.value for k, f in want.items()}
+        assert [f.confidence for f in got.fields.values()] == pytest.approx([want[k].confidence for k in ks.names],
+                                                                            abs=1e-4)
+    # and the PIP weights would have answered otherwise (so the comparison above tells them apart)
+    pip_weights = ar_decode(tiny_extractor.model, tiny_extractor.builder, [text], [ks], mode="forced")[0]
+    assert [round(f.confidence, 4) for f in got.fields.values()] != [round(pip_weights[k].confidence, 4)
+                                                                       for k in ks.names]
+
+
+def test_a_pip_model_without_ar_baseline_refuses_ar_decoding(tmp_path, tiny_model_dir):
+    from pipkie.extract import Extractor
+    from pipkie.modeling import NoARBaseline, Settings
+
+    solo = build_tiny_model(tmp_path / "solo", ar_baseline=None)
+    ex = Extractor.from_pretrained(solo)
+    for decode in ("ar", "ar-forced"):
+        with pytest.raises(NoARBaseline, match="no AR baseline"):
+            ex.extract(None, "total", decode=decode, text="Total 9.90")
+    assert ex.extract(None, "total", text="Total 9.90").decode == "pip"
+    # an explicit AR model instead of a baseline
+    with_ar = Extractor.from_pretrained(solo, ar_model=(tiny_model_dir / AR_BASELINE).resolve())
+    assert with_ar.extract(None, "total", decode="ar-forced", text="Total 9.90").decode == "ar-forced"
+    with pytest.raises(ValueError, match="not an AR model"):  # a PIP model is no AR baseline
+        Extractor.from_pretrained(solo, ar_model=solo).extract(None, "total", decode="ar", text="x")
+    # a pipkie.json written before the field existed still loads (no baseline); a named baseline
+    # that is not there is a clear error
+    raw = json.loads((solo / "pipkie.json").read_text())
+    assert raw.pop("ar_baseline") is None
+    (solo / "pipkie.json").write_text(json.dumps(raw))
+    assert Settings.load(solo).ar_baseline is None and Settings.load(solo).keys == KEYS
+    (solo / "pipkie.json").write_text(json.dumps({**raw, "ar_baseline": "../nowhere"}))
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        Extractor.from_pretrained(solo).extract(None, "total", decode="ar", text="x")
+
+
+def test_cli_extract_ar_without_baseline_is_a_clear_error(tmp_path, tiny_model_dir):
+    from typer.testing import CliRunner
+
+    from pipkie.cli import app
+
+    solo = build_tiny_model(tmp_path / "solo", ar_baseline=None)
+    note = tmp_path / "note.txt"
+    note.write_text("Total 9.90\n")
+    runner = CliRunner()
+    res = runner.invoke(app, ["extract", str(note), "--model", str(solo), "--decode", "ar-forced"])
+    assert res.exit_code == 2 and "no AR baseline" in res.stderr and "Traceback" not in res.output
+    assert res.stdout == ""
+    res = runner.invoke(app, ["extract", str(note), "--model", str(solo), "--decode", "ar-forced",
+                              "--ar-model", str((tiny_model_dir / AR_BASELINE).resolve())])
+    assert res.exit_code == 0 and json.loads(res.stdout)["decode"] == "ar-forced"
+
+
+class _Forced(torch.nn.Module):
+    """An LM head that makes `token` every position's argmax (a decoder that never ends a value)."""
+
+    def __init__(self, head, token: int):
+        super().__init__()
+        self.head, self.token = head, token
+
+    @property
+    def weight(self):
+        return self.head.weight
+
+    def forward(self, h):
+        logits = self.head(h).clone()
+        logits[..., self.token] += 1e4
+        return logits
+
+
+def test_a_value_that_fills_its_budget_is_flagged(tiny_model_dir):
+    """PIP and AR forced alike: a value with no end token inside its budget is `truncated` on its field."""
+    from pipkie.extract import Extractor
+
+    ex = Extractor.from_pretrained(tiny_model_dir)
+    nine = ex.tokenizer.convert_tokens_to_ids("9")
+    for decode in ("pip", "ar-forced"):
+        model, _ = ex.decoder(decode)
+        model.set_output_embeddings(_Forced(model.get_output_embeddings(), nine))
+        r = ex.extract(None, "total,date", decode=decode, text="Total 9.90")
+        assert {k: (f.value, f.truncated) for k, f in r.fields.items()} == {
+            "total": ("9" * BUDGETS["total"], True), "date": ("9" * BUDGETS["date"], True)}
+        assert r.to_dict()["fields"]["total"]["truncated"] is True

@@ -3,8 +3,9 @@
 - `free`: after `<|pip_answer|>` the model writes the whole answer, headers (`"\\n" key ":"`) included,
   each value closed by `<|pip_end|>`, until eos (or the answer budget of the template runs out).
 - `forced`: the decoder writes each header itself and the model generates only value tokens, up to
-  `<|pip_end|>` or the key's budget. The header tokens are fed in the same forward step as the token
-  that closed the previous value, so forcing costs no extra steps.
+  `<|pip_end|>` or the key's budget (a value closed by its budget is `truncated`, as in PIP). The
+  header tokens are fed in the same forward step as the token that closed the previous value, so
+  forcing costs no extra steps.
 
 One step feeds every unfinished row a chunk (its last token, plus any forced tokens); chunks are
 left-padded to the same width with masked pads, so every row's last real token sits in the last
@@ -116,7 +117,8 @@ def _finish(builder: TemplateBuilder, r: _Row) -> Prediction:
 
 def parse_free_answer(builder: TemplateBuilder, toks: list[int], probs: list[float], keys: list[str]) -> Prediction:
     """Split a free answer at `<|pip_end|>`; each piece reads `\\nkey: value`. Keys the model did not
-    write are missing (confidence 0); keys outside the schema are ignored."""
+    write are missing (confidence 0); keys outside the schema are ignored. A last piece that nothing
+    closed (the answer ran out of its token budget) is `truncated`."""
     results: Prediction = {}
     start = 0
     for i, t in enumerate(toks + [builder.end_id]):
@@ -127,7 +129,8 @@ def parse_free_answer(builder: TemplateBuilder, toks: list[int], probs: list[flo
         if sep and key.strip() in keys and key.strip() not in results:
             value = value.strip()
             value = None if not value or value == "unknown" else value
-            results[key.strip()] = FieldResult(value, _geo_mean(probs[start: i + 1]), toks[start:i + 1])
+            results[key.strip()] = FieldResult(value, _geo_mean(probs[start: i + 1]), toks[start:i + 1],
+                                               truncated=i == len(toks) and value is not None)
         start = i + 1
         if i < len(toks) and t == builder.eos_id:
             break

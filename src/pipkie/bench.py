@@ -5,9 +5,12 @@ batch in a rotating order (a background load weighs on all methods alike; a kill
 the next batch):
 PIP (one pass), PIP + refine 1 and 2, AR forced-template, AR free; plus the *floor*: one plain
 causal forward pass over an input as long as PIP's (document + template), the cost PIP cannot go
-below. Reported per method: median and p90 seconds per document, tokens predicted/generated,
-tokens per second, peak RSS above the baseline (the kernel's peak counter, reset before each
-method, the heap trimmed), the footprint (the method's model weights + that peak: what serving it alone needs, the
+below. The AR methods (and the sweeps) run the PIP model's AR baseline (`Settings.ar_baseline`, or
+`ar_model_path`; never the PIP model, whose AR answers are meaningless). Reported per method: median
+and p90 seconds per document, value tokens (those of the decoded values, counted alike for every
+method: PIP's surplus `<|pip_end|>` slots, AR's headers and end tokens are none) and value tokens per
+second, peak RSS above the baseline (the kernel's peak counter, reset before each method, the heap
+trimmed), the footprint (the method's model weights + that peak: what serving it alone needs, the
 basis of the memory ratio), the torch CUDA allocator's peak when on GPU, and ANLS on those
 documents. Ratios are computed pair by pair from the same run.
 
@@ -28,12 +31,12 @@ from pathlib import Path
 
 import torch
 
-from pipkie.ar import ARStats, ar_decode
+from pipkie.ar import ar_decode
 from pipkie.data import read_dataset
 from pipkie.decode import pip_decode
 from pipkie.document import serialize
 from pipkie.metrics import Scores
-from pipkie.modeling import builder_for, load_model
+from pipkie.modeling import builder_for, load_model, model_for_decode
 from pipkie.schema import Key, KeySchema
 
 METHODS = ("pip", "pip-refine1", "pip-refine2", "ar-forced", "ar-free")
@@ -121,17 +124,21 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def value_tokens(builder, preds) -> int:
+    """Tokens of the decoded values (" " + value, as the template writes them; missing values count
+    nothing): the same count for every method, whatever it predicted around them."""
+    return sum(len(builder._ids(" " + f.value)) for p in preds for f in p.values() if f.value is not None)
+
+
 def run_method(model, builder, texts, schema, method: str, pattern: str):
-    """Decode `texts` with one method; return (predictions, tokens produced)."""
+    """Decode `texts` with one method; return (predictions, value tokens)."""
     schemas = [schema] * len(texts)
     if method.startswith("pip"):
         refine = int(method[-1]) if method != "pip" else 0
         preds = pip_decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine)
-        return preds, sum(builder.template_length(schema) - sum(len(builder.header(k)) for k in schema)
-                          for _ in texts)
-    stats = ARStats()
-    preds = ar_decode(model, builder, texts, schemas, mode="free" if method == "ar-free" else "forced", stats=stats)
-    return preds, stats.generated
+    else:
+        preds = ar_decode(model, builder, texts, schemas, mode="free" if method == "ar-free" else "forced")
+    return preds, value_tokens(builder, preds)
 
 
 @torch.inference_mode()
@@ -178,15 +185,20 @@ def _time(fn, *a):
 def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "sroie", data_dir: str, split: str = "test", batch_sizes=(1, 8),
           limit: int = 32, threads: int = 1, repeats: int = 1, methods=METHODS, sweeps: bool = True, json_path: str | None = None,
           plot_dir: str | None = None, log=print) -> dict:
+    if not methods or set(methods) - set(METHODS):
+        raise ValueError(f"methods must be among {', '.join(METHODS)}, got {', '.join(methods) or 'none'}")
     torch.set_num_threads(threads)
     model, tokenizer, settings = load_model(model_path, pad_vocab=True)
     builder = builder_for(tokenizer, settings)
     pattern = settings.pattern if settings.objective == "pip" else "prefix_causal"
-    # AR methods run on the AR baseline (same architecture, trained causally on the same data) when
-    # given, so their generated lengths and accuracy are those of a real AR extractor.
+    # AR runs the AR baseline (same architecture, trained causally on the same data): generated
+    # lengths and accuracy of a real AR extractor; none is an error (model_for_decode)
     ar_model, ar_builder = model, builder
-    if ar_model_path:
+    if sweeps or any(m.startswith("ar") for m in methods):
+        ar_model_path = ar_model_path or model_for_decode(model_path, "ar-forced", settings)
         ar_model, ar_tok, ar_settings = load_model(ar_model_path, pad_vocab=True)
+        if ar_settings.objective != "ar":
+            raise ValueError(f"the AR baseline {ar_model_path} is not an AR model (objective {ar_settings.objective!r})")
         ar_builder = builder_for(ar_tok, ar_settings)
     docs = list(read_dataset(dataset, data_dir, split, limit=limit))
     schema = KeySchema.parse(settings.keys or sorted({k for d in docs for k in d.fields}))
@@ -196,8 +208,7 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
     texts, docs = [t for t, _ in ordered], [d for _, d in ordered]
     env = dict(threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
                cpu_count=os.cpu_count(), device="cpu", torch=torch.__version__, model=model_path,
-               ar_model=ar_model_path or model_path, attention=model.config._attn_implementation,
-               repeats=repeats,
+               ar_model=ar_model_path, attention=model.config._attn_implementation, repeats=repeats,
                parameters=sum(p.numel() for p in model.parameters()), documents=len(docs), order="by token count")
     log(f"bench: {env}")
     partial = Path(str(json_path) + ".partial") if json_path else None
@@ -378,7 +389,7 @@ def plot(result: dict, plot_dir: str) -> list[Path]:
 def markdown_table(result: dict) -> str:
     lines = [f"threads: {result['env']['threads']}, documents: {result['env']['documents']}, "
              f"model: {result['env']['parameters'] / 1e6:.0f}M parameters", "",
-             "| batch | method | median s/doc | p90 s/doc | tokens/s | working MB | footprint MB | ANLS |",
+             "| batch | method | median s/doc | p90 s/doc | value tokens/s | working MB | footprint MB | ANLS |",
              "|---|---|---|---|---|---|---|---|"]
     for bs, b in result["batches"].items():
         for m, r in b["methods"].items():

@@ -5,6 +5,7 @@ key -> `FieldResult(value, confidence, tokens)`; `value` is None for a missing f
 
 Confidence is the geometric mean of the chosen tokens' probabilities over the value's tokens and
 the token that closes it (`<|pip_end|>`), i.e. exp(mean log p): 1.0 when every token was certain.
+A value that fills its whole budget (no end token inside it) may have been cut: `truncated`.
 
 Batches are left-padded; position ids are given explicitly (count of real tokens so far), and the
 attention mask is always explicit (transformers would otherwise guess packed sequences).
@@ -28,6 +29,18 @@ class FieldResult:
     value: str | None
     confidence: float
     tokens: list[int] = field(default_factory=list)
+    truncated: bool = False  # the value filled its budget: no end token predicted inside it
+
+
+@dataclass
+class CopyTrace:
+    """What the copy head computed for one field (`pip_decode(trace=...)`): where its value starts."""
+
+    key: str
+    stream: list[int]  # input positions of the copy stream (document tokens without line breaks)
+    p_start: list[float]  # the start distribution over those positions
+    gate: list[float]  # per slot: weight of the LM head against the copy (1 = generate)
+    past: list[float]  # per slot: probability that the value has ended before it
 
 
 Prediction = dict[str, FieldResult]
@@ -60,8 +73,11 @@ def _geo_mean(probs: list[float]) -> float:
 
 
 def _field_result(builder: TemplateBuilder, toks: list[int], probs: list[float]) -> FieldResult:
-    n = next((i + 1 for i, t in enumerate(toks) if t == builder.end_id), len(toks))  # value + its end token
-    return FieldResult(builder.decode_value(toks), _geo_mean(probs[:n]), toks[:n])
+    """A value's slots (or generated tokens) → its result; no end token among them: `truncated`."""
+    end = next((i for i, t in enumerate(toks) if t == builder.end_id), None)
+    n = len(toks) if end is None else end + 1  # value + its end token
+    value = builder.decode_value(toks)
+    return FieldResult(value, _geo_mean(probs[:n]), toks[:n], truncated=end is None and value is not None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,7 +127,8 @@ def pip_forward(model, ids, attn, block_ids, keep, *, pattern: str, cache=None, 
 
 
 def predict_slots(model, builder: TemplateBuilder, encs: list[Encoded], hidden: torch.Tensor, slot_hidden,
-                  offsets: list[int], images=None, *, lazy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                  offsets: list[int], images=None, *, lazy: bool = True,
+                  trace: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(confidence, token) of every slot, (number of slots,) each, in the order of `slot_hidden`
     (number of slots, H). hidden: (batch, width, H); offsets[r]: where row r's input_ids[0] sits in
     that width. Without a copy head: the LM head's argmax. With one: the argmax of the copy head's
@@ -121,20 +138,31 @@ def predict_slots(model, builder: TemplateBuilder, encs: list[Encoded], hidden: 
     LM head says (see `copyhead.start_gate_past`), and nothing after a value's end token reaches
     the result, so the LM head runs only on the slots up to that one (on SROIE, half of them: a
     tenth of the pass is the LM head). The skipped slots get `<|pip_end|>` with confidence past_j, a
-    lower bound; refinement, which ranks all slots by confidence, asks for every slot (lazy=False)."""
+    lower bound; refinement, which ranks all slots by confidence, asks for every slot (lazy=False).
+
+    `trace`: a list that receives, per row, {key: CopyTrace} (positions in that row's input_ids);
+    rows stay empty without a copy head."""
     head = get_head(model)
     if head is None:
+        if trace is not None:
+            trace[:] = [{} for _ in encs]
         return lm_logits(model, slot_hidden).softmax(-1).max(-1)
     fields, need, total = [], [], 0
+    if trace is not None:
+        trace[:] = []
     for r, e in enumerate(encs):
         start, end = builder.document_span(e.prefix_len, images[r] if images else None)
-        stream = torch.tensor(builder.copy_stream(e.input_ids, start, end), dtype=torch.long)
+        stream = torch.tensor(builder.copy_stream(e.input_ids, start, end, e.seam), dtype=torch.long)
         stream_ids = torch.tensor(e.input_ids, dtype=torch.long)[stream]
         keys = stream_keys(head, hidden[r], stream + offsets[r])  # (M, d), shared by the row's fields
+        if trace is not None:
+            trace.append({})
         for f in e.fields:
             span = FieldSpan(row=r, slots=torch.arange(f.start, f.start + f.length) + offsets[r],
                              stream=stream + offsets[r], stream_ids=stream_ids, end_id=builder.end_id, keys=keys)
             p_start, gate, past = start_gate_past(head, hidden, span)
+            if trace is not None:
+                trace[-1][f.key] = CopyTrace(f.key, stream.tolist(), p_start.tolist(), gate.tolist(), past.tolist())
             ended = (past > 0.5).nonzero()
             n = int(ended[0]) + 1 if lazy and len(ended) else f.length
             fields.append((total, n, span, p_start, gate, past))
@@ -171,14 +199,15 @@ class OnePass:
         h = pip_hidden(self.model, ids, self.attn, self.block, pattern=self.pattern, **self.model_inputs)
         return h, h[self.keep]
 
-    def __call__(self, slot_inputs: torch.Tensor | None = None, *, lazy: bool = True):
+    def __call__(self, slot_inputs: torch.Tensor | None = None, *, lazy: bool = True, trace: list | None = None):
         """(confidence, token) of every slot (`predict_slots`); slot_inputs replaces the slots' input tokens."""
         ids = self.ids
         if slot_inputs is not None:
             ids = ids.clone()
             ids[self.keep] = slot_inputs
         hidden, slots = self._hidden(ids)
-        return predict_slots(self.model, self.builder, self.encs, hidden, slots, self.offsets, self.images, lazy=lazy)
+        return predict_slots(self.model, self.builder, self.encs, hidden, slots, self.offsets, self.images, lazy=lazy,
+                             trace=trace)
 
 
 class SplitPass(OnePass):
@@ -255,7 +284,8 @@ def _slot_mask(encs: list[Encoded], width: int) -> torch.Tensor:
 @torch.inference_mode()
 def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[KeySchema], *,
                pattern: str = "prefix_causal", refine_steps: int = 0, images: list[list[int]] | None = None,
-               model_inputs: dict | None = None, split: bool | None = None) -> list[Prediction]:
+               model_inputs: dict | None = None, split: bool | None = None,
+               trace: list | None = None) -> list[Prediction]:
     """Fill every mask slot of every document in one forward pass (+ `refine_steps` passes).
 
     `split` runs the same pass as prefix, then template (`SplitPass`), so that refinement passes
@@ -263,13 +293,16 @@ def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[
     single pass). Default: split when refining under prefix_causal attention without an image.
 
     For a vision-language model, `images` gives each document's image placeholder tokens (placed
-    after the instruction) and `model_inputs` the pixel inputs (pixel_values, image_grid_thw)."""
+    after the instruction) and `model_inputs` the pixel inputs (pixel_values, image_grid_thw).
+
+    `trace` (a list) receives, per document, {key: CopyTrace} of the copy head's last pass (its start
+    distribution over the document; empty dicts without a copy head): what `pipkie.explain` shows."""
     encs = [builder.pip(t, s, image=(images[i] if images else None)) for i, (t, s) in enumerate(zip(texts, schemas))]
     if split is None:
         split = refine_steps > 0 and pattern == "prefix_causal" and not images and not model_inputs
     run = (SplitPass if split else OnePass)(model, builder, encs, pattern=pattern, images=images,
                                             model_inputs=model_inputs)
-    conf, toks = run(lazy=refine_steps == 0)
+    conf, toks = run(lazy=refine_steps == 0, trace=trace)
     inputs = run.slot_inputs()
     rows = run.keep.nonzero()[:, 0]  # batch row of each slot, in the same order as the logits
     for step in range(1, refine_steps + 1):
@@ -284,7 +317,7 @@ def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[
         if not remask.any():
             break
         # re-masked slots get their mask input back, the others their prediction
-        new_conf, new_toks = run(torch.where(remask, inputs, toks), lazy=False)
+        new_conf, new_toks = run(torch.where(remask, inputs, toks), lazy=False, trace=trace)
         conf = torch.where(remask, new_conf, conf)
         toks = torch.where(remask, new_toks, toks)
     return _collect(builder, encs, toks.tolist(), conf.tolist())
@@ -309,17 +342,19 @@ class DocumentCache:
     truncated: int
     ids: list[int] = field(default_factory=list)  # instruction + document + <|pip_answer|>
     hidden: torch.Tensor | None = None  # (1, length, H) final hidden states, kept for a copy head
+    seam: tuple[int, int] | None = None  # the cut marker's positions (a document cut to fit)
 
 
 @torch.inference_mode()
 def encode_document(model, builder: TemplateBuilder, text: str, reserve: int = 512) -> DocumentCache:
     """Plain causal pass over instruction + document + <|pip_answer|>; `reserve` tokens are kept free
     for the templates that follow."""
-    ids, cut = builder.prefix(text, reserve)
+    fit = builder.fit(text, reserve)
+    ids = fit.ids
     cache = DynamicCache(config=model.config)
     x = torch.tensor([ids])
     h = final_hidden(model, x, torch.ones_like(x), torch.arange(len(ids))[None], cache)
-    return DocumentCache(cache, len(ids), cut, ids, h if get_head(model) is not None else None)
+    return DocumentCache(cache, len(ids), fit.cut, ids, h if get_head(model) is not None else None, fit.seam)
 
 
 @torch.inference_mode()
@@ -330,7 +365,7 @@ def pip_decode_cached(model, builder: TemplateBuilder, doc: DocumentCache, schem
     if builder.template_length(schema) + doc.length > builder.max_length:
         raise ValueError("the template does not fit after the cached document (encode it with a larger reserve)")
     ids, slots, _, blocks = builder.pip_block(schema, offset=doc.length)
-    enc = Encoded(doc.ids + ids, prefix_len=doc.length, fields=slots, blocks=blocks)
+    enc = Encoded(doc.ids + ids, prefix_len=doc.length, fields=slots, blocks=blocks, seam=doc.seam)
     x = torch.tensor([ids])
     attn = torch.ones((1, doc.length + len(ids)), dtype=torch.long)
     block = _block_ids([enc], attn.shape[1])

@@ -1,26 +1,33 @@
-"""Which document words a field's mask slots look at: attention heat maps for one extracted field.
+"""What chose an extracted value: the copy head's pointer and the attention of the field's slots.
 
     from pipkie import Extractor
     from pipkie.explain import explain, draw_heatmap
     ex = Extractor.from_pretrained()
     e = explain(ex, "receipt.jpg", "total")          # Explanation
-    e.value, e.top(5)                                 # the value and the 5 most attended words
-    draw_heatmap(e, "receipt.jpg", "heat.png")        # words coloured by weight on the page
+    e.value, e.confidence                             # exactly what `ex.extract` returns
+    e.top_starts(5), e.top(5)                         # where the copy head says the value starts; attention
+    draw_heatmap(e, "receipt.jpg", "heat.png")        # both as heat maps on the page, side by side
 
-How: the document goes through the same PIP template as `Extractor.extract` (one forward pass, the
-model's attention pattern), run with eager attention so that the attention probabilities come back
-(the model is switched to eager for the call and switched back after; each layer's weights are
-cut to the field's rows as it runs, see `_slot_attention`, else `output_attentions=True`).
-For the asked field, the attention rows of its mask slots are averaged over layers, heads and
-slots: one weight per input position. The document's positions are mapped back to characters of
-the serialized text through the tokenizer's offsets, and characters to the OCR words that
-`serialize` wrote there; a token's weight is shared equally by the words it overlaps. Weights are
-normalised to sum to 1 over the document's tokens (so word weights sum to 1 less what went to
-whitespace-only tokens such as line breaks); `document_share` is how much of the slots' attention
-went to the document at all (the rest went to the instruction, the template and the slots).
+How: the field is decoded by `Extractor.extract` itself (same template, same pass, copy head
+included), so the value and confidence are extract's. That pass also hands back the copy head's
+start distribution for each field (`pipkie.decode.CopyTrace`): p_start over the document's copy
+stream, the probability that the value starts at each token. With a copy head this is what chose
+the value: slot j copies the token j places after the start (unless its gate leans on the LM head).
 
-Attention is a hint of where the model looked, not a proof of why it answered: heads that park
-their attention on a "sink" token and layers that mix positions both blur the picture.
+Beside it, the attention of the field's slots: the same input run once more with eager attention
+(the only kind that returns attention probabilities; the model is switched back after, and each
+layer's weights are cut to the field's rows as it runs, see `_slot_attention`), averaged over
+layers, heads and slots: one weight per input position, normalised to sum to 1 over the document's
+tokens (`document_share`: how much of it went to the document at all). Attention is a hint of where
+the model looked, not a proof of why it answered: heads that park their attention on a "sink" token
+and layers that mix positions both blur the picture.
+
+Both are mapped to words the same way: an input position is a token of the serialized document
+(`TemplateBuilder.fit`'s `kept`; a document cut to fit keeps its head and tail), the token's
+characters come from the tokenizer's offsets (`TemplateBuilder.document_offsets`), and characters
+belong to the OCR words `serialize` wrote there; a token's weight is shared equally by the words
+it overlaps. Whitespace tokens belong to no word, except that a value starting on a token of spaces
+alone starts at the word after it (SmolLM2 writes " 85.54" as " " "8" "5"…).
 """
 
 from __future__ import annotations
@@ -35,45 +42,61 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from pipkie.attention import build_attention_mask
-from pipkie.decode import _block_ids, _field_result, left_pad, positions
+from pipkie.decode import _block_ids, left_pad, positions
 from pipkie.document import Document, Word, reading_order_lines, serialize
 from pipkie.schema import KeySchema
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".gif", ".bmp", ".webp", ".pdf"}
+
+Weighted = list[tuple[Word, float]]
 
 
 @dataclass
 class Explanation:
     document: str
     key: str
-    value: str | None
+    value: str | None  # as `Extractor.extract` returns it
     confidence: float
     # every document word (serialize order) with its share of the slots' document attention (sum 1)
-    words: list[tuple[Word, float]] = field(default_factory=list)
+    words: Weighted = field(default_factory=list)
     # document tokens as (text, char start, char end, weight), same normalisation as `words`
     tokens: list[tuple[str, int, int, float]] = field(default_factory=list)
     document_share: float = 0.0  # attention mass on document tokens before normalisation (0-1)
     slots: int = 0  # mask slots averaged over
     truncated: int = 0  # document tokens cut to fit the context (they get no weight)
+    copy_head: bool = False  # the model has one: `starts` is what chose the value
+    # every document word with the copy head's probability that the value starts in it (sum ≤ 1)
+    starts: Weighted = field(default_factory=list)
+    # copy-stream tokens as (text, char start, char end, p_start)
+    start_tokens: list[tuple[str, int, int, float]] = field(default_factory=list)
+    value_truncated: bool = False  # the value filled its whole budget
 
-    def top(self, n: int = 10) -> list[tuple[Word, float]]:
-        """The n words with the most weight, heaviest first."""
+    def top(self, n: int = 10) -> Weighted:
+        """The n words with the most attention, heaviest first."""
         return sorted(self.words, key=lambda wv: -wv[1])[:n]
+
+    def top_starts(self, n: int = 10) -> Weighted:
+        """The n words where the copy head most expects the value to start, likeliest first."""
+        return sorted(self.starts, key=lambda wv: -wv[1])[:n]
 
     def page_weights(self) -> dict[int, float]:
         out: dict[int, float] = {}
-        for w, v in self.words:
+        for w, v in self.starts if self.starts else self.words:
             out[w.page] = out.get(w.page, 0.0) + v
         return out
 
     def to_dict(self, top: int | None = None) -> dict:
-        words = self.top(top) if top else self.words
+        def listing(ws):
+            return [{"text": w.text, "page": w.page, "box": [v / 1000 for v in w.box], "weight": round(x, 5)}
+                    for w, x in ws]
+
         return {
             "document": self.document, "key": self.key, "value": self.value,
-            "confidence": round(self.confidence, 4), "document_share": round(self.document_share, 4),
-            "slots": self.slots, "truncated": self.truncated,
-            "words": [{"text": w.text, "page": w.page, "box": [v / 1000 for v in w.box], "weight": round(x, 5)}
-                      for w, x in words],
+            "confidence": round(self.confidence, 4), "value_truncated": self.value_truncated,
+            "document_share": round(self.document_share, 4), "slots": self.slots, "truncated": self.truncated,
+            "copy_head": self.copy_head,
+            "starts": listing(self.top_starts(top) if top else self.starts),
+            "words": listing(self.top(top) if top else self.words),
         }
 
 
@@ -131,59 +154,90 @@ def _schema_for(extractor, key: str, keys=None, schema=None) -> KeySchema:
     return KeySchema.parse(default if key in default else [key])
 
 
+class _WordMap:
+    """Input positions of one encoded document → its tokens' characters → the words there."""
+
+    def __init__(self, builder, enc, source: str, spans):
+        self.source, self.enc = source, enc
+        self.start = builder.document_span(enc.prefix_len)[0]
+        self.offsets = builder.document_offsets(source)
+        self.owner = [-1] * len(source)  # char -> index in spans
+        for i, (s, e, _) in enumerate(spans):
+            self.owner[s:e] = [i] * (e - s)
+        self.n_words = len(spans)
+
+    def span(self, p: int) -> tuple[int, int] | None:
+        """Characters of the document token at input position p (None: the cut marker)."""
+        k = self.enc.kept[p - self.start]
+        return self.offsets[k] if k >= 0 else None
+
+    def spread(self, weights: dict[int, float], spaces_to_next: bool = False):
+        """{input position: weight} → (weight per word, [(token text, start, end, weight)]).
+        `spaces_to_next`: a token of spaces alone counts for the word after it (a value's start)."""
+        per_word, tokens = [0.0] * self.n_words, []
+        for p, w in weights.items():
+            span = self.span(p)
+            if span is None:
+                continue
+            s, e = span
+            tokens.append((self.source[s:e], s, e, w))
+            hit = sorted({self.owner[c] for c in range(s, min(e, len(self.owner))) if self.owner[c] >= 0})
+            if spaces_to_next and not hit and "\n" not in self.source[s:e] and e < len(self.owner) \
+                    and self.owner[e] >= 0:
+                hit = [self.owner[e]]  # a space token (" " before digits, a line's leading space): the next word
+            for i in hit:
+                per_word[i] += w / len(hit)
+        return per_word, tokens
+
+
 @torch.inference_mode()
 def explain(extractor, document, key: str, *, keys=None, schema=None, text: str | None = None) -> Explanation:
-    """Attention of `key`'s mask slots over the document's words (see the module docstring).
+    """Why `key` got its value: the copy head's start distribution and the slots' attention over
+    the document's words (see the module docstring); value and confidence are `extract`'s.
 
     The field is decoded among `keys`/`schema` when given (it must be one of them), else among the
-    model's default keys when `key` is one of them, else alone: with a shared template block, what
-    a field attends to depends on the other keys asked for.
-    """
+    model's default keys when `key` is one of them, else alone (with field blocks a field's answer
+    does not depend on the others; with a shared template block it does)."""
     doc = Document(id="text", text=text) if text is not None else extractor.load(document)
     ks = _schema_for(extractor, key, keys, schema)
-    builder, tok, model = extractor.builder, extractor.tokenizer, extractor.model
+    builder, model = extractor.builder, extractor.model
     source, spans = word_spans(doc)
+    trace: list = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # truncation is reported in Explanation.truncated
-        enc = builder.pip(source, ks)
-    try:
-        offsets = tok(source, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-    except (NotImplementedError, TypeError, ValueError) as e:
-        raise RuntimeError(f"explain needs a fast tokenizer with offsets ({e})") from e
-    start = len(builder.instruction_ids)
-    n_doc = enc.prefix_len - start - 1  # document tokens kept (instruction + doc + <|pip_answer|>)
-    offsets = [tuple(o) for o in offsets[:n_doc]]
+        result = extractor.extract_many([doc], schema=ks, decode="pip", trace=trace)[0]
+        enc = builder.pip(source, ks)  # the input extract ran (TemplateBuilder is deterministic)
+    words = _WordMap(builder, enc, source, spans)
+    slots = next(f for f in enc.fields if f.key == key)
+    got = result.fields[key]
 
+    starts, start_tokens = [0.0] * len(spans), []
+    copy = trace[0].get(key) if trace else None
+    if copy is not None:
+        starts, start_tokens = words.spread(dict(zip(copy.stream, copy.p_start)), spaces_to_next=True)
+
+    weights = _attention(extractor, enc, torch.arange(slots.start, slots.start + slots.length))
+    n_doc = len(enc.kept)
+    doc_w = weights[words.start: words.start + n_doc]
+    share = float(doc_w.sum())
+    doc_w = doc_w / share if share > 0 else doc_w
+    word_w, tokens = words.spread(dict(zip(range(words.start, words.start + n_doc), doc_w.tolist())))
+    ws = [w for _, _, w in spans]
+    return Explanation(doc.id, key, got.value, got.confidence, list(zip(ws, word_w)), tokens, share, slots.length,
+                       enc.truncated, copy is not None, list(zip(ws, starts)), start_tokens, got.truncated)
+
+
+def _attention(extractor, enc, rows: torch.Tensor) -> torch.Tensor:
+    """(input length,) attention of the `rows` queries, averaged over layers, heads and rows."""
+    model, builder = extractor.model, extractor.builder
     ids, attn = left_pad([enc.input_ids], builder.pad_id)
     block = _block_ids([enc], ids.shape[1])
-    slots = next(f for f in enc.fields if f.key == key)
-    rows = torch.arange(slots.start, slots.start + slots.length)
     with eager_attention(model):
         pos = positions(attn)
         mask = build_attention_mask(model, extractor.settings.pattern, attn, query_length=ids.shape[1],
                                     block_ids=block, position_ids=pos)
-        logits, per_layer = _slot_attention(model, rows, input_ids=ids, attention_mask=mask, position_ids=pos)
-    # (layers, slots, kv), already averaged over heads -> mean over layers and slots -> (kv,)
-    weights = torch.stack(per_layer).mean(dim=(0, 1))
-    probs = logits[0, rows].float().softmax(-1)
-    conf, toks = probs.max(-1)
-    result = _field_result(builder, toks.tolist(), conf.tolist())
-
-    doc_w = weights[start: start + n_doc]
-    share = float(doc_w.sum())
-    doc_w = doc_w / share if share > 0 else doc_w
-    owner = [-1] * len(source)  # char -> index in spans
-    for i, (s, e, _) in enumerate(spans):
-        owner[s:e] = [i] * (e - s)
-    word_w = [0.0] * len(spans)
-    tokens = []
-    for (s, e), w in zip(offsets, doc_w.tolist()):
-        tokens.append((source[s:e], s, e, w))
-        hit = sorted({owner[c] for c in range(s, min(e, len(owner))) if owner[c] >= 0})
-        for i in hit:
-            word_w[i] += w / len(hit)
-    return Explanation(doc.id, key, result.value, float(result.confidence),
-                       [(w, x) for (_, _, w), x in zip(spans, word_w)], tokens, share, slots.length, enc.truncated)
+        _, per_layer = _slot_attention(model, rows, input_ids=ids, attention_mask=mask, position_ids=pos)
+    return torch.stack(per_layer).mean(dim=(0, 1))  # (layers, slots, kv) -> (kv,)
 
 
 def _slot_attention(model, rows: torch.Tensor, **inputs):
@@ -264,10 +318,32 @@ def _heat(r: float) -> tuple[int, int, int]:
     return tuple(round(a + (b - a) * t) for a, b in zip(stops[i], stops[i + 1]))
 
 
+def _panel(base: Image.Image, weighted: Weighted, page: int, top: int) -> Image.Image:
+    """The page with each word coloured by its weight (relative to the page's heaviest) and the `top`
+    heaviest outlined."""
+    im = base.convert("RGBA")
+    sx, sy = im.width / 1000, im.height / 1000
+    overlay = Image.new("RGBA", im.size, (0, 0, 0, 0))
+    canvas = ImageDraw.Draw(overlay)
+    on_page = [(w, x) for w, x in weighted if w.page == page]
+    peak = max((x for _, x in on_page), default=0.0) or 1.0
+    for w, x in sorted(on_page, key=lambda wx: wx[1]):
+        r = x / peak
+        canvas.rectangle((w.box[0] * sx, w.box[1] * sy, w.box[2] * sx, w.box[3] * sy),
+                         fill=(*_heat(r), round(40 + 170 * r ** 0.5)), outline=(120, 120, 120, 160), width=1)
+    line_w = max(2, im.width // 300)
+    for w, _ in sorted(on_page, key=lambda wx: -wx[1])[:top]:
+        canvas.rectangle((w.box[0] * sx, w.box[1] * sy, w.box[2] * sx, w.box[3] * sy),
+                         outline=(165, 0, 38, 255), width=line_w)
+    return Image.alpha_composite(im, overlay).convert("RGB")
+
+
 def draw_heatmap(expl: Explanation, doc_or_source, out_path: Union[str, Path], *, page: int | None = None,
                  doc: Document | None = None, top: int = 5) -> Path:
-    """Colour each word of the page by its weight (yellow = little, red = most), outline the `top`
-    heaviest, add a banner with the key, value and attention share, and save to `out_path`.
+    """Draw the page twice, side by side: words coloured by the copy head's start probability (what
+    chose the value; only for a model with a copy head) and by the slots' attention (yellow = little,
+    red = most, the `top` heaviest outlined), under a banner with the key, value and confidence;
+    save to `out_path`.
 
     `doc_or_source`: the image/PDF path (or PIL image) of the page, or the Document itself (its
     image, else a drawn page). Pass `doc` too when the first argument is a path so the page size
@@ -281,43 +357,33 @@ def draw_heatmap(expl: Explanation, doc_or_source, out_path: Union[str, Path], *
     if page is None:
         pw = expl.page_weights()
         page = max(pw, key=pw.get) if pw else 0
-    im = page_image(doc, page, source).convert("RGBA")
-    sx, sy = im.width / 1000, im.height / 1000
-    overlay = Image.new("RGBA", im.size, (0, 0, 0, 0))
-    canvas = ImageDraw.Draw(overlay)
-    on_page = [(w, x) for w, x in expl.words if w.page == page]
-    peak = max((x for _, x in on_page), default=0.0) or 1.0
-    for w, x in sorted(on_page, key=lambda wx: wx[1]):
-        r = x / peak
-        x0, y0, x1, y1 = (w.box[0] * sx, w.box[1] * sy, w.box[2] * sx, w.box[3] * sy)
-        canvas.rectangle((x0, y0, x1, y1), fill=(*_heat(r), round(40 + 170 * r ** 0.5)),
-                         outline=(120, 120, 120, 160), width=1)
-    line_w = max(2, im.width // 300)
-    for w, _ in sorted(on_page, key=lambda wx: -wx[1])[:top]:
-        canvas.rectangle((w.box[0] * sx, w.box[1] * sy, w.box[2] * sx, w.box[3] * sy),
-                         outline=(165, 0, 38, 255), width=line_w)
-    im = Image.alpha_composite(im, overlay).convert("RGB")
+    base = page_image(doc, page, source)
+    where = (f", page {page + 1}" if len(doc.page_sizes) > 1 else "") + \
+        (f", {expl.truncated} tokens cut from the middle" if expl.truncated else "")
+    panels = [(f"attention of {expl.slots} slots ({expl.document_share:.0%} on the document){where}", expl.words)]
+    if expl.copy_head:
+        panels.insert(0, (f"copy head: where the value starts{where}", expl.starts))
+    images = [_panel(base, weighted, page, top) for _, weighted in panels]
+    gap = 12 if len(images) > 1 else 0
+    width = sum(im.width for im in images) + gap * (len(images) - 1)
 
-    # banner: key = value, share of attention on the document, colour scale
-    font = _font(max(12, min(28, im.width // 45)))
-    lines = [f"{expl.key} = {expl.value!r}  (confidence {expl.confidence:.2f})",
-             f"attention of {expl.slots} mask slots: {expl.document_share:.0%} on the document"
-             + (f", page {page + 1}" if len(doc.page_sizes) > 1 else "")
-             + (f", {expl.truncated} tokens truncated" if expl.truncated else "")]
-    probe = ImageDraw.Draw(im)
-    line_h = max(probe.textbbox((0, 0), s, font=font)[3] for s in lines) + 6
+    font = _font(max(12, min(28, base.width // 45)))
+    title = f"{expl.key} = {expl.value!r}  (confidence {expl.confidence:.2f})"
+    probe = ImageDraw.Draw(base)
+    line_h = max(probe.textbbox((0, 0), t, font=font)[3] for t in [title] + [c for c, _ in panels]) + 6
     bar_h = max(8, line_h // 2)
-    banner = Image.new("RGB", (im.width, line_h * len(lines) + bar_h + 16), "white")
-    bd = ImageDraw.Draw(banner)
-    for i, s in enumerate(lines):
-        bd.text((8, 4 + i * line_h), s, fill="black", font=font)
-    y = line_h * len(lines) + 8
-    width = min(300, im.width - 16)
-    for i in range(width):
-        bd.line((8 + i, y, 8 + i, y + bar_h), fill=_heat(i / max(1, width - 1)))
-    full = Image.new("RGB", (im.width, banner.height + im.height), "white")
-    full.paste(banner, (0, 0))
-    full.paste(im, (0, banner.height))
+    top_h = line_h * 2 + bar_h + 16
+    full = Image.new("RGB", (width, top_h + base.height), "white")
+    canvas = ImageDraw.Draw(full)
+    canvas.text((8, 4), title, fill="black", font=font)
+    x = 0
+    for (caption, _), im in zip(panels, images):
+        canvas.text((x + 8, 4 + line_h), caption, fill="black", font=font)
+        full.paste(im, (x, top_h))
+        x += im.width + gap
+    y, bar = line_h * 2 + 8, min(300, base.width - 16)
+    for i in range(bar):
+        canvas.line((8 + i, y, 8 + i, y + bar_h), fill=_heat(i / max(1, bar - 1)))
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     full.save(out)

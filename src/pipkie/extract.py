@@ -10,6 +10,12 @@ A document is a `Document`, a path or bytes (image, PDF, SROIE box file, JSON wo
 `pipkie.loaders`), or text (`text=`). `extract_many` decodes several documents in one forward pass
 per batch. Each extracted value is grounded back to the OCR words that hold it (`pipkie.grounding`)
 and returned with their boxes, relative to the page (0-1).
+
+`decode="ar"` / `"ar-forced"` run the model's AR baseline (`Settings.ar_baseline`, or `ar_model=`),
+loaded when first asked for; a PIP model without one refuses AR decoding (`NoARBaseline`) rather than
+decode AR with PIP weights. A document longer than the context is cut in its middle
+(`TemplateBuilder.fit`): `truncated` and `dropped_tokens` say so; a value that filled its whole
+budget is `truncated` on its field.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from pipkie.decode import FieldResult, pip_decode
 from pipkie.document import Document, Word, serialize
 from pipkie.grounding import locate
 from pipkie.loaders import load_document
-from pipkie.modeling import builder_for, default_model_path, load_model
+from pipkie.modeling import NoARBaseline, builder_for, default_model_path, load_model, model_for_decode
 from pipkie.schema import KeySchema
 
 DECODES = ("pip", "ar", "ar-forced")
@@ -49,6 +55,7 @@ class Field:
     confidence: float
     boxes: list[Box] = field(default_factory=list)
     grounding: str = "none"  # how the boxes were found: exact | fuzzy | none
+    truncated: bool = False  # the value filled its whole budget (no end token inside it): maybe cut
 
 
 @dataclass
@@ -57,7 +64,8 @@ class Extraction:
     fields: dict[str, Field]
     decode: str
     seconds: float
-    truncated: bool = False
+    truncated: bool = False  # the document did not fit in the context: its middle was dropped
+    dropped_tokens: int = 0  # how many document tokens were dropped
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,18 +82,49 @@ def _boxes(words: list[Word]) -> list[Box]:
 
 
 class Extractor:
-    def __init__(self, model, tokenizer, settings, *, threads: int = 1, ocr: str = "rapidocr", name: str = ""):
+    def __init__(self, model, tokenizer, settings, *, threads: int = 1, ocr: str = "rapidocr", name: str = "",
+                 ar_model: str | None = None):
+        """`name`: the model's directory (its `ar_baseline` is relative to it); `ar_model`: an AR model
+        directory for AR decodes instead of that baseline."""
         self.model, self.tokenizer, self.settings = model, tokenizer, settings
         self.builder = builder_for(tokenizer, settings)
         self.threads, self.ocr, self.name = threads, ocr, name
+        self.ar_model = ar_model
+        self._ar = None  # (model, builder) of the AR baseline, once loaded
 
     @classmethod
-    def from_pretrained(cls, path: str | Path | None = None, *, threads: int = 1, ocr: str = "rapidocr") -> "Extractor":
+    def from_pretrained(cls, path: str | Path | None = None, *, threads: int = 1, ocr: str = "rapidocr",
+                        ar_model: str | Path | None = None) -> "Extractor":
         """Load a pipkie model directory (default: the shipped model, or $PIPKIE_MODEL)."""
         torch.set_num_threads(threads)
         path = str(path or default_model_path())
         model, tokenizer, settings = load_model(path, pad_vocab=True)
-        return cls(model, tokenizer, settings, threads=threads, ocr=ocr, name=path)
+        return cls(model, tokenizer, settings, threads=threads, ocr=ocr, name=path,
+                   ar_model=str(ar_model) if ar_model else None)
+
+    def decoder(self, decode: str):
+        """(model, builder) that `decode` runs on: this model for PIP (or an AR model's own AR
+        decodes), else its AR baseline, loaded on first use. Raises ValueError (NoARBaseline) when
+        there is none."""
+        if decode not in DECODES:
+            raise ValueError(f"decode must be one of {DECODES}")
+        if decode == "pip" and self.settings.objective == "ar":
+            raise ValueError(f"{self.name or 'this model'} is an AR model (objective 'ar'): decode it with ar or ar-forced")
+        if decode == "pip" or self.settings.objective == "ar":
+            return self.model, self.builder
+        if self._ar is None:
+            if self.ar_model:
+                path = self.ar_model
+            elif self.settings.ar_baseline and not Path(self.name).is_dir():
+                raise NoARBaseline(f"cannot find the AR baseline {self.settings.ar_baseline!r}: the model's "
+                                   "directory is not known (load it with Extractor.from_pretrained)")
+            else:
+                path = model_for_decode(self.name or "this model", decode, self.settings)
+            model, tok, settings = load_model(path, pad_vocab=True)
+            if settings.objective != "ar":
+                raise ValueError(f"the AR baseline {path} is not an AR model (objective {settings.objective!r})")
+            self._ar = (model, builder_for(tok, settings))
+        return self._ar
 
     def schema(self, keys=None, schema=None) -> KeySchema:
         if schema is not None:
@@ -102,42 +141,44 @@ class Extractor:
         return load_document(document, ocr=self.ocr, threads=self.threads, **kw)
 
     def extract(self, document, keys=None, *, schema=None, decode: str = "pip", refine_steps: int = 0,
-                text: str | None = None) -> Extraction:
+                text: str | None = None, trace: list | None = None) -> Extraction:
         doc = Document(id="text", text=text) if text is not None else self.load(document)
-        return self.extract_many([doc], keys, schema=schema, decode=decode, refine_steps=refine_steps)[0]
+        return self.extract_many([doc], keys, schema=schema, decode=decode, refine_steps=refine_steps, trace=trace)[0]
 
     def extract_many(self, documents: Iterable, keys=None, *, schema=None, decode: str = "pip",
-                     refine_steps: int = 0, batch_size: int = 8) -> list[Extraction]:
-        if decode not in DECODES:
-            raise ValueError(f"decode must be one of {DECODES}")
+                     refine_steps: int = 0, batch_size: int = 8, trace: list | None = None) -> list[Extraction]:
+        """Extract from every document, `batch_size` at a time (one PIP pass per batch). `trace` (a
+        list): receives per document the copy head's {key: CopyTrace} (PIP; `pipkie.decode`)."""
+        model, builder = self.decoder(decode)
         ks = self.schema(keys, schema)
         docs = [self.load(d) for d in documents]
+        # template (PIP) or answer budget (AR) next to the document: what `TemplateBuilder.fit` reserves
+        reserved = builder.template_length(ks) if decode == "pip" else builder.ar_reserved(ks)
         out: list[Extraction] = []
         for i in range(0, len(docs), batch_size):
             chunk = docs[i: i + batch_size]
             texts = [serialize(d) for d in chunk]
-            lengths = [len(self.builder.document_ids(t)) for t in texts]
             t0 = time.perf_counter()
             with torch.inference_mode():
                 if decode == "pip":
-                    preds = pip_decode(self.model, self.builder, texts, [ks] * len(chunk),
-                                       pattern=self.settings.pattern, refine_steps=refine_steps)
+                    traced = [] if trace is not None else None
+                    preds = pip_decode(model, builder, texts, [ks] * len(chunk), pattern=self.settings.pattern,
+                                       refine_steps=refine_steps, trace=traced)
+                    if trace is not None:
+                        trace.extend(traced or [{} for _ in chunk])
                 else:
-                    preds = ar_decode(self.model, self.builder, texts, [ks] * len(chunk),
+                    preds = ar_decode(model, builder, texts, [ks] * len(chunk),
                                       mode="free" if decode == "ar" else "forced")
             dt = (time.perf_counter() - t0) / len(chunk)
-            # document tokens that fit (as in TemplateBuilder.prefix): the template (PIP) or the answer
-            # budget (AR), the instruction and <|pip_answer|> are reserved
-            reserved = self.builder.template_length(ks) if decode == "pip" else self.builder.ar_reserved(ks)
-            room = self.builder.max_length - reserved - len(self.builder.instruction_ids) - 1
-            for d, p, n in zip(chunk, preds, lengths):
+            for d, t, p in zip(chunk, texts, preds):
+                dropped = builder.overflow(t, reserved, answer=decode == "pip")
                 out.append(Extraction(d.id, {k: self._field(d, r) for k, r in p.items()}, decode, dt,
-                                      truncated=n > room))
+                                      truncated=dropped > 0, dropped_tokens=dropped))
         return out
 
     @staticmethod
     def _field(doc: Document, r: FieldResult) -> Field:
         if r.value is None or not doc.words:
-            return Field(r.value, round(r.confidence, 4))
+            return Field(r.value, round(r.confidence, 4), truncated=r.truncated)
         g = locate(r.value, doc)
-        return Field(r.value, round(r.confidence, 4), _boxes(g.words), g.method)
+        return Field(r.value, round(r.confidence, 4), _boxes(g.words), g.method, truncated=r.truncated)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -42,14 +42,70 @@ class Settings:
     copy_head: bool = False  # slots mix the LM head with a pointer into the document (pipkie.copyhead)
     base: str | None = None  # base model of a LoRA adapter ("smollm2" or a path)
     keys: list[str] = field(default_factory=list)  # keys the model was fine-tuned on (the default)
+    # a PIP model's AR baseline (same base, data and steps, trained causally): a directory relative
+    # to this model's (e.g. "../pipkie-ar"); what `--decode ar|ar-forced` and `pipkie bench` run
+    ar_baseline: str | None = None
 
     def save(self, directory: str | Path) -> None:
         Path(directory, SETTINGS_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
     def load(cls, directory: str | Path) -> "Settings":
+        """The settings saved in `directory` (defaults when there are none). Fields this version does
+        not know (a newer pipkie's) are left out with a warning; missing ones take their defaults."""
         p = Path(directory, SETTINGS_FILE)
-        return cls(**json.loads(p.read_text())) if p.exists() else cls()
+        if not p.exists():
+            return cls()
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}: not JSON ({e.msg})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{p}: expected a JSON object")
+        known = {f.name for f in fields(cls)}
+        if set(data) - known:
+            import warnings
+
+            warnings.warn(f"{p}: unknown settings {sorted(set(data) - known)} ignored", stacklevel=2)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class NoARBaseline(ValueError):
+    """AR decoding was asked of a PIP model that names no AR baseline."""
+
+
+def ar_baseline_path(model_path: str | Path, settings: "Settings") -> str | None:
+    """Where a model's AR decodes run: the model itself when it is an AR model, else its
+    `ar_baseline` directory (relative to the model's), else None."""
+    if settings.objective == "ar":
+        return str(model_path)
+    if not settings.ar_baseline:
+        return None
+    p = Path(settings.ar_baseline).expanduser()
+    return str(p if p.is_absolute() else (Path(model_path) / p).resolve())
+
+
+def model_for_decode(model_path: str | Path, decode: str, settings: "Settings | None" = None) -> str:
+    """The model directory that `decode` ("pip", "ar", "ar-forced") runs on for the model at
+    `model_path`: a PIP model for "pip"; for AR decodes, an AR model itself or a PIP model's
+    `ar_baseline`. Raises NoARBaseline / ValueError / FileNotFoundError with what to do, so that AR
+    decoding never runs silently on a PIP model (whose AR answers are meaningless)."""
+    settings = settings or (Settings.load(model_path) if Path(str(model_path)).is_dir() else Settings())
+    if decode == "pip":
+        if settings.objective == "ar":
+            raise ValueError(f"{model_path} is an AR model (objective 'ar'): decode it with ar or ar-forced")
+        return str(model_path)
+    if settings.objective == "ar":
+        return str(model_path)
+    path = ar_baseline_path(model_path, settings)
+    if path is None:
+        raise NoARBaseline(
+            f"{model_path} is a PIP model with no AR baseline ('ar_baseline' in its {SETTINGS_FILE}); "
+            f"{decode} decoding needs one: give an AR model (--ar-model) or set ar_baseline to its directory")
+    if not Path(path, SETTINGS_FILE).exists() and not Path(path, "config.json").exists() \
+            and not Path(path, "adapter_config.json").exists():
+        raise FileNotFoundError(f"AR baseline of {model_path} not found: {path} is not a model directory")
+    return path
 
 
 def smollm2_path() -> Path:

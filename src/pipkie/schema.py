@@ -3,8 +3,10 @@
 A `Key` has a name (written literally into the template), an optional description (written into
 the template too, `"total (the amount paid):"`, so a user can say what a terse or unusual key
 means; pydantic's `Field(description=...)` and JSON schema's `description` become it) and an
-optional mask budget `max_tokens` (how many `[mask]` slots its value gets; the longest value it can
-produce).
+optional budget: `max_tokens` (how many mask slots its value gets, the longest value it can produce)
+or `max_chars` (the longest value in characters, JSON schema's `maxLength`; the model's tokenizer
+turns it into slots, `TemplateBuilder.budget`, since characters per token depend on the tokenizer:
+SmolLM2's writes one token per digit).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Iterable
 MAX_KEYS = 64
 MAX_KEY_CHARS = 64
 MAX_VALUE_TOKENS = 256
+MAX_VALUE_CHARS = 1024
 MAX_DESCRIPTION_CHARS = 200
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]*$")
 
@@ -30,7 +33,8 @@ class SchemaError(ValueError):
 class Key:
     name: str
     description: str | None = None
-    max_tokens: int | None = None  # mask budget; None = the model's default for this key
+    max_tokens: int | None = None  # mask budget; None = from max_chars, else the model's default for this key
+    max_chars: int | None = None  # longest value in characters (turned into slots by the tokenizer)
 
     def __post_init__(self):
         name = self.name.strip() if isinstance(self.name, str) else self.name
@@ -42,6 +46,8 @@ class Key:
             raise SchemaError(f"key {name!r} has characters other than letters, digits, '_', '.', '-' and spaces")
         if self.max_tokens is not None and not (1 <= int(self.max_tokens) <= MAX_VALUE_TOKENS):
             raise SchemaError(f"key {name!r}: max_tokens must be between 1 and {MAX_VALUE_TOKENS}")
+        if self.max_chars is not None and not (1 <= int(self.max_chars) <= MAX_VALUE_CHARS):
+            raise SchemaError(f"key {name!r}: maxLength must be between 1 and {MAX_VALUE_CHARS} characters")
         object.__setattr__(self, "name", name)
         desc = " ".join(str(self.description).split()) if self.description is not None else ""
         if len(desc) > MAX_DESCRIPTION_CHARS:
@@ -109,9 +115,9 @@ class KeySchema:
 
     @classmethod
     def from_json_schema(cls, schema: dict) -> "KeySchema":
-        """Flat object schema: every property a string (or nullable string). `maxLength` is read as
-        characters and turned into a token budget (≈ 1 token per 3 characters); `x-max-tokens`
-        sets the budget directly."""
+        """Flat object schema: every property a string (or nullable string). `maxLength` is kept as
+        characters (`Key.max_chars`; the template builder turns it into slots with the model's
+        tokenizer); `x-max-tokens` sets the slots directly."""
         props = schema.get("properties")
         if not isinstance(props, dict):
             raise SchemaError("a JSON schema needs an object with 'properties'")
@@ -120,10 +126,11 @@ class KeySchema:
             types = _types(p)
             if not types <= {"string", "null"} or "string" not in types:
                 raise SchemaError(f"field {name!r} must be a string (flat schemas only), got {sorted(types) or p}")
-            budget = p.get("x-max-tokens")
-            if budget is None and p.get("maxLength"):
-                budget = max(1, min(MAX_VALUE_TOKENS, -(-int(p["maxLength"]) // 3) + 1))
-            keys.append(Key(name, p.get("description"), budget))
+            budget, chars = p.get("x-max-tokens"), p.get("maxLength")
+            for what, v in (("x-max-tokens", budget), ("maxLength", chars)):
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                    raise SchemaError(f"field {name!r}: {what} must be an integer, got {v!r}")
+            keys.append(Key(name, p.get("description"), budget, None if budget is not None else chars))
         return cls(tuple(keys))
 
 

@@ -30,10 +30,19 @@ the document's token stream, across line breaks too once the line-break tokens a
 A key with a description (`pipkie.schema.Key.description`) has the header `"\n" key " (" description
 "):"` in PIP's template and in the AR prompt's key list; AR answers write the name alone.
 
-Values longer than a key's budget are cut to the budget in both paradigms, so PIP and AR learn
-and produce the same answers. A document that does not fit in `max_length` (with the template and,
-for AR, the value budgets) is truncated with a warning or refused, by option; the template is
-never dropped.
+Budgets: a key's `max_tokens`, else its `max_chars` turned into tokens by this tokenizer (enough
+slots for that many digits, the worst case of SmolLM2's one-token-per-digit splitting, plus the end
+token: `budget`), else the model's per-key budget, else the default. Values longer than a key's
+budget are cut to the budget in both paradigms, so PIP and AR learn and produce the same answers.
+
+A document that does not fit in `max_length` (with the template and, for AR, the value budgets) is
+cut in its middle with a warning, or refused, by option; the template is never dropped. The cut
+keeps the document's first and last tokens with a marker line (`"\n …\n"`, `CUT_MARKER`) between
+them: receipts and invoices put totals at the end, contracts their parties and dates at the start,
+and head + tail keeps both in ONE forward pass (windows merged by confidence would cost a pass per
+window). Both parts are slices of the whole document's tokens, so every kept document position still
+maps to one token of `document_ids(text)` (`Fit.kept`) and through its characters to OCR words; the
+marker's positions (`Encoded.seam`) are left out of the copy stream.
 """
 
 from __future__ import annotations
@@ -42,13 +51,15 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from pipkie.schema import Key, KeySchema
+from pipkie.schema import MAX_VALUE_TOKENS, Key, KeySchema
 
 MASK, END, ANSWER = "<|pip_mask|>", "<|pip_end|>", "<|pip_answer|>"
 SPECIAL_TOKENS = (MASK, END, ANSWER)
 UNKNOWN = "unknown"
 INSTRUCTION = "Extract the key information from this document.\n"
 IGNORE = -100
+CUT_MARKER = "\n …\n"  # between the head and the tail of a document cut to fit
+HEAD_SHARE = 0.5  # of the document tokens kept when cutting, the share taken from the start
 
 
 class DocumentTooLong(ValueError):
@@ -72,6 +83,19 @@ class Encoded:
     targets: list[int] | None = None
     truncated: int = 0  # document tokens cut to fit
     blocks: list[int] | None = None  # block id of each template token (1, or 1 + field index)
+    seam: tuple[int, int] | None = None  # [start, end) of the cut marker in input_ids (a cut document)
+    kept: list[int] | None = None  # per document position: its index in document_ids(text), -1 = marker
+
+
+@dataclass
+class Fit:
+    """A prefix that fits: instruction (+ image) + document, cut if needed (+ <|pip_answer|>)."""
+
+    ids: list[int]
+    cut: int  # document tokens dropped (0: the whole document is in)
+    start: int  # first document position in ids
+    kept: list[int]  # per document position (ids[start:start + len(kept)]): index in document_ids, -1 = marker
+    seam: tuple[int, int] | None = None  # [start, end) of the marker in ids
 
 
 def header_text(key: Key | str) -> str:
@@ -133,6 +157,8 @@ class TemplateBuilder:
         self.input_specials = {self.mask_id, *self.slot_ids}
         self.instruction_ids = self._ids(instruction)
         self._headers: dict[str, list[int]] = {}
+        self._char_budgets: dict[int, int] = {}
+        self.marker_ids = self._ids(CUT_MARKER)
 
     # -- pieces ------------------------------------------------------------------------------
     def _ids(self, text: str) -> list[int]:
@@ -152,7 +178,21 @@ class TemplateBuilder:
         return self.header(key.name if isinstance(key, Key) else key)
 
     def budget(self, key: Key) -> int:
-        return key.max_tokens or self.budgets.get(key.name, self.default_budget)
+        """Slots of a key's value: `max_tokens`, else `max_chars` in this tokenizer's tokens, else the
+        model's budget for the key, else the default."""
+        if key.max_tokens:
+            return key.max_tokens
+        if key.max_chars:
+            return self.chars_budget(key.max_chars)
+        return self.budgets.get(key.name, self.default_budget)
+
+    def chars_budget(self, n: int) -> int:
+        """Slots for a value of up to n characters: the tokens of n digits after the leading space
+        (" 9999…"; with one token per digit the longest n-character values), + 1 for the end token,
+        so a value of exactly n characters still closes inside its budget."""
+        if n not in self._char_budgets:
+            self._char_budgets[n] = min(MAX_VALUE_TOKENS, len(self._ids(" " + "9" * n)) + 1)
+        return self._char_budgets[n]
 
     def value_ids(self, value: str | None, budget: int) -> list[int]:
         return self._ids(" " + (value if value is not None and value.strip() else UNKNOWN))[:budget]
@@ -179,6 +219,28 @@ class TemplateBuilder:
             text = " " + text.replace("\n", "\n ")
         return self._ids(text)
 
+    def document_offsets(self, text: str) -> list[tuple[int, int]]:
+        """(start, end) in `text` of each token of `document_ids(text)`, the spaces `copy` adds left
+        out ((s, s) for a token made only of them): how a document position maps back to characters,
+        and through them to OCR words."""
+        src = text
+        orig = list(range(len(text)))
+        if self.copy:  # document_ids' " " + text.replace("\n", "\n ")
+            src = " " + text.replace("\n", "\n ")
+            orig = [-1]
+            for i, c in enumerate(text):
+                orig += [i, -1] if c == "\n" else [i]
+        try:
+            enc = self.tok(src, add_special_tokens=False, return_offsets_mapping=True)
+        except (NotImplementedError, TypeError, ValueError) as e:
+            raise RuntimeError(f"character offsets need a fast tokenizer ({e})") from e
+        out, last = [], 0
+        for s, e in enc["offset_mapping"]:
+            chars = [orig[j] for j in range(s, min(e, len(orig))) if orig[j] >= 0]
+            last = chars[-1] + 1 if chars else last
+            out.append((chars[0], last) if chars else (last, last))
+        return out
+
     @property
     def newline_ids(self) -> set[int]:
         """Tokens made of whitespace with a line break: left out of the copy stream."""
@@ -188,35 +250,61 @@ class TemplateBuilder:
                                  if "\n" in (s := self.tok.convert_tokens_to_string([t])) and not s.strip()}
         return self._newline_ids
 
-    def copy_stream(self, ids: list[int], start: int, end: int) -> list[int]:
-        """Positions in `ids[start:end]` (the document) that a copy head may copy from."""
+    def copy_stream(self, ids: list[int], start: int, end: int, seam: tuple[int, int] | None = None) -> list[int]:
+        """Positions in `ids[start:end]` (the document) that a copy head may copy from: not line breaks,
+        not the cut marker at `seam` (`Encoded.seam`)."""
         skip = self.newline_ids
-        return [p for p in range(start, end) if ids[p] not in skip]
+        a, b = seam or (0, 0)
+        return [p for p in range(start, end) if ids[p] not in skip and not a <= p < b]
 
     def document_span(self, prefix_len: int, image: list[int] | None = None) -> tuple[int, int]:
         """(start, end) of the document's tokens in a prefix of length prefix_len that ends with
         <|pip_answer|>."""
         return len(self.instruction_ids) + len(image or []), prefix_len - 1
 
-    def prefix(self, text: str, reserved: int, answer: bool = True, image: list[int] | None = None) -> tuple[list[int], int]:
-        """instruction (+ image tokens) + document (+ <|pip_answer|>), the document cut so that
-        `reserved` more tokens fit. `image`: a vision-language model's image placeholder tokens."""
+    def document_room(self, reserved: int, answer: bool = True, image: list[int] | None = None) -> int:
+        """Document tokens that fit next to `reserved` template tokens (the instruction, image tokens
+        and <|pip_answer|> come off too)."""
+        return self.max_length - reserved - len(self.instruction_ids) - len(image or []) - int(answer)
+
+    def overflow(self, text: str, reserved: int, answer: bool = True) -> int:
+        """Document tokens `prefix` drops to fit (0 when the document fits)."""
+        return max(0, len(self.document_ids(text)) - self.document_room(reserved, answer))
+
+    def fit(self, text: str, reserved: int, answer: bool = True, image: list[int] | None = None) -> Fit:
+        """instruction (+ image tokens) + document (+ <|pip_answer|>) in `max_length - reserved` tokens.
+        A document too long is cut in the middle: its first `HEAD_SHARE` and its last tokens are kept
+        with `CUT_MARKER` between them (module docstring), with a warning (or DocumentTooLong)."""
         doc = self.document_ids(text)
         head = self.instruction_ids + list(image or [])
-        room = self.max_length - reserved - len(head) - int(answer)
+        room = self.document_room(reserved, answer, image)
         if room < 1:
             raise DocumentTooLong(
                 f"the answer template needs {reserved} tokens; with max_length={self.max_length} no room is left "
                 "for the document (fewer keys or smaller budgets)"
             )
         cut = max(0, len(doc) - room)
+        kept, seam = list(range(len(doc))), None
         if cut:
             msg = f"document has {len(doc)} tokens; only {room} fit next to the template (max_length={self.max_length})"
             if self.on_overflow == "error":
                 raise DocumentTooLong(msg)
-            warnings.warn(msg + f": the last {cut} tokens are dropped", stacklevel=3)
-            doc = doc[:room]
-        return head + doc + ([self.answer_id] if answer else []), cut
+            marker = self.marker_ids if room - len(self.marker_ids) >= 2 else []
+            n_head = int((room - len(marker)) * HEAD_SHARE) if marker else 0
+            n_tail = room - len(marker) - n_head
+            warnings.warn(msg + f": {cut} tokens are dropped from the middle (the first {n_head} and the last "
+                          f"{n_tail} are kept)", stacklevel=3)
+            kept = list(range(n_head)) + [-1] * len(marker) + list(range(len(doc) - n_tail, len(doc)))
+            if marker:
+                seam = (len(head) + n_head, len(head) + n_head + len(marker))
+            doc = doc[:n_head] + marker + doc[len(doc) - n_tail:]
+        return Fit(head + doc + ([self.answer_id] if answer else []), cut, len(head), kept, seam)
+
+    def prefix(self, text: str, reserved: int, answer: bool = True, image: list[int] | None = None) -> tuple[list[int], int]:
+        """`fit`'s ids and number of document tokens dropped. `image`: a vision-language model's
+        image placeholder tokens."""
+        f = self.fit(text, reserved, answer, image)
+        return f.ids, f.cut
 
     # -- PIP -------------------------------------------------------------------------------
     def template_length(self, schema: KeySchema) -> int:
@@ -224,8 +312,9 @@ class TemplateBuilder:
 
     def pip(self, text: str, schema: KeySchema, values: Mapping[str, str | None] | None = None,
             image: list[int] | None = None) -> Encoded:
-        ids, cut = self.prefix(text, self.template_length(schema), image=image)
-        enc = Encoded(ids, prefix_len=len(ids), truncated=cut)
+        f = self.fit(text, self.template_length(schema), image=image)
+        ids = f.ids
+        enc = Encoded(ids, prefix_len=len(ids), truncated=f.cut, seam=f.seam, kept=f.kept)
         block_ids, enc.fields, targets, enc.blocks = self.pip_block(schema, values, offset=len(ids))
         enc.input_ids = ids + block_ids
         enc.targets = [IGNORE] * len(ids) + targets if values is not None else None
@@ -262,9 +351,9 @@ class TemplateBuilder:
         return ids + [self.eos_id]
 
     def ar_prompt(self, text: str, schema: KeySchema) -> Encoded:
-        ids, cut = self.prefix(text, self.ar_reserved(schema), answer=False)
-        ids = ids + self.key_list(schema) + [self.answer_id]
-        return Encoded(ids, prefix_len=len(ids), truncated=cut)
+        f = self.fit(text, self.ar_reserved(schema), answer=False)
+        ids = f.ids + self.key_list(schema) + [self.answer_id]
+        return Encoded(ids, prefix_len=len(ids), truncated=f.cut, seam=f.seam, kept=f.kept)
 
     def ar(self, text: str, schema: KeySchema, values: Mapping[str, str | None]) -> Encoded:
         """Teacher-forced AR training sequence; targets[p] = input_ids[p + 1] over the answer."""
