@@ -48,7 +48,7 @@ _train_opts = dict(
 
 @app.command()
 def finetune(
-    objective: str = typer.Option("pip", help="pip (parallel) or ar (the autoregressive baseline)"),
+    objective: Optional[str] = typer.Option(None, help="pip (parallel) or ar (the autoregressive baseline); default: the config's, else pip"),
     config: Optional[Path] = _train_opts["config"], base: Optional[str] = _train_opts["base"],
     output_dir: Optional[str] = _train_opts["output_dir"], dataset: Optional[str] = _train_opts["dataset"],
     data_dir: Optional[str] = _train_opts["data_dir"], steps: Optional[int] = _train_opts["steps"],
@@ -56,7 +56,9 @@ def finetune(
     lora_r: Optional[int] = _train_opts["lora_r"], synthetic: Optional[int] = _train_opts["synthetic"],
     threads: Optional[int] = _train_opts["threads"], seed: Optional[int] = _train_opts["seed"],
 ):
-    """Stage 2: KV-supervised fine-tuning (resumes from OUTPUT_DIR/checkpoint if present)."""
+    """Stage 2: KV-supervised fine-tuning (resumes from OUTPUT_DIR/checkpoint if present).
+
+    Options given here override the `--config` file's fields (configs/train/*.json)."""
     from pipkie.train.finetune import finetune as run
 
     opts = {k: v for k, v in locals().items() if k not in ("config", "run")}
@@ -152,7 +154,7 @@ def bench(
     data_dir: str = typer.Option(..., help="the dataset's directory"),
     split: str = typer.Option("test"),
     model: Optional[str] = typer.Option(None, help="model directory (default: the shipped model)"),
-    ar_model: Optional[str] = typer.Option(None, help="AR baseline for the AR methods (default: --model)"),
+    ar_model: Optional[str] = typer.Option(None, help="AR model for the AR methods (default: the model's ar_baseline)"),
     batch: str = typer.Option("1,8", help="batch sizes, comma-separated"),
     limit: int = typer.Option(32, help="documents timed per batch size"),
     threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
@@ -162,15 +164,31 @@ def bench(
     json_path: Optional[Path] = typer.Option(None, "--json"),
     plot: Optional[Path] = typer.Option(None, help="directory for PNG plots and a markdown table"),
 ):
-    """Time PIP against AR (free and forced) side by side, with the single-prefill floor."""
-    from pipkie.bench import bench as run, markdown_table
-    from pipkie.modeling import default_model_path
+    """Time PIP against AR (free and forced) side by side, with the single-prefill floor.
+
+    The AR methods run the PIP model's AR baseline (its pipkie.json's ar_baseline) or --ar-model."""
+    from pipkie.bench import METHODS, bench as run, markdown_table
+    from pipkie.modeling import default_model_path, model_for_decode
 
     n = _threads(threads)
+    wanted = tuple(m.strip() for m in methods.split(",") if m.strip())
+    if not wanted or set(wanted) - set(METHODS):
+        raise typer.BadParameter(f"methods must be among {', '.join(METHODS)}", param_hint="--methods")
+    try:
+        model = model or default_model_path()
+        if not Path(model).is_dir():
+            raise FileNotFoundError(f"model not found: {model} is not a directory")
+        if sweeps or any(m.startswith("ar") for m in wanted):
+            ar_model = ar_model or model_for_decode(model, "ar-forced")
+            if not Path(ar_model).is_dir():
+                raise FileNotFoundError(f"AR model not found: {ar_model} is not a directory")
+    except (FileNotFoundError, ValueError) as e:
+        _err(str(e))
+        raise typer.Exit(2)
     typer.echo(f"threads: torch={n} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
-    result = run(model_path=model or default_model_path(), ar_model_path=ar_model, dataset=dataset, data_dir=data_dir, split=split,
+    result = run(model_path=model, ar_model_path=ar_model, dataset=dataset, data_dir=data_dir, split=split,
                  batch_sizes=[int(b) for b in batch.split(",")], limit=limit, threads=n,
-                 repeats=repeats, methods=tuple(methods.split(",")), sweeps=sweeps, json_path=str(json_path) if json_path else None,
+                 repeats=repeats, methods=wanted, sweeps=sweeps, json_path=str(json_path) if json_path else None,
                  plot_dir=str(plot) if plot else None, log=typer.echo)
     typer.echo(markdown_table(result))
 
@@ -256,7 +274,8 @@ def extract(
     keys: Optional[str] = typer.Option(None, help="comma-separated keys, e.g. company,date,address,total (default: the model's keys)"),
     schema: Optional[Path] = typer.Option(None, help="a flat JSON-schema file (instead of --keys)"),
     model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped models/pipkie-sroie)"),
-    decode: str = typer.Option("pip", help="pip | ar | ar-forced"),
+    decode: str = typer.Option("pip", help="pip | ar | ar-forced (AR: the model's AR baseline, or --ar-model)"),
+    ar_model: Optional[str] = typer.Option(None, help="AR model for --decode ar|ar-forced (default: the model's ar_baseline)"),
     refine_steps: int = typer.Option(0, help="PIP Mask-Predict refinement passes"),
     pretty: bool = typer.Option(False, "--json", help="pretty-print each result as indented JSON (default: one compact JSON object per line, i.e. JSON lines)"),
     draw: Optional[Path] = typer.Option(None, help="draw the boxes and values on the page image and save it here (several files: OUT.<file stem>.png)"),
@@ -270,7 +289,9 @@ def extract(
 
     Each object is Extraction.to_dict(), the same JSON as the service's POST /extract.
 
-    Per field: value, confidence, boxes (page, x0 y0 x1 y1 relative to the page, text), grounding.
+    Per field: value, confidence, boxes (page, x0 y0 x1 y1 relative to the page, text), grounding,
+    truncated (the value filled its budget). Per file: truncated and dropped_tokens (a document
+    longer than the context keeps its start and its end).
 
     A file that cannot be read gives a one-line error on stderr; the others are still processed, exit code 1.
     """
@@ -290,6 +311,15 @@ def extract(
     ex = _load_extractor(model, n, ocr)
     if ks is None and not ex.settings.keys:
         raise typer.BadParameter("this model has no default keys: give --keys or --schema")
+    if ar_model and not Path(ar_model).is_dir():
+        _err(f"AR model not found: {ar_model} is not a directory")
+        raise typer.Exit(2)
+    ex.ar_model = ar_model
+    try:
+        ex.decoder(decode)  # AR: load the AR baseline now; a PIP model without one is refused here
+    except (OSError, ValueError) as e:
+        _err(str(e).replace("\n", " "))
+        raise typer.Exit(2)
     outs = _draw_paths(draw, files) if draw else [None] * len(files)
     failures = 0
     bar = tqdm(total=len(files), unit="file", file=sys.stderr, disable=not progress or len(files) < 2 or None)
@@ -325,7 +355,11 @@ def extract(
                 continue
             typer.echo(result.to_json(indent=2) if pretty else result.to_json())
             if result.truncated:
-                typer.echo(f"note: {path}: document truncated to fit the model's context", err=True)
+                typer.echo(f"note: {path}: {result.dropped_tokens} document tokens dropped from the middle to fit "
+                           "the model's context (its start and end are kept)", err=True)
+            cut = [k for k, f in result.fields.items() if f.truncated]
+            if cut:
+                typer.echo(f"note: {path}: {', '.join(cut)} filled the whole budget (value may be cut)", err=True)
             if outs[i] is not None:
                 try:
                     _draw_extraction(result, doc, path, outs[i])
@@ -378,7 +412,9 @@ def explain(
     threads: Optional[int] = typer.Option(None),
     ocr: str = typer.Option("rapidocr", help="rapidocr | tesseract"),
 ):
-    """Heat map of the document words a field's mask slots attend to (layers, heads, slots averaged)."""
+    """What chose a field's value: the copy head's start distribution over the document's words and
+    the attention of the field's slots (layers, heads, slots averaged), listed and drawn as heat maps
+    side by side. The value and confidence are exactly `pipkie extract`'s (the same decoding)."""
     from pipkie.explain import draw_heatmap, explain as run
     from pipkie.loaders import DocumentError
     from pipkie.ocr import OCREngineError
@@ -397,8 +433,14 @@ def explain(
     if pretty:
         typer.echo(json.dumps({**e.to_dict(top=top), "heatmap": str(out)}, ensure_ascii=False, indent=2))
         return
-    typer.echo(f"{key} = {e.value!r} (confidence {e.confidence:.2f}); {e.document_share:.0%} of its "
-               f"{e.slots} slots' attention on the document" + (f"; {e.truncated} tokens truncated" if e.truncated else ""))
+    typer.echo(f"{key} = {e.value!r} (confidence {e.confidence:.2f})"
+               + (" (filled its whole budget)" if e.value_truncated else "")
+               + (f"; {e.truncated} document tokens dropped from the middle" if e.truncated else ""))
+    if e.copy_head:
+        typer.echo("copy head, where the value starts (probability per word):")
+        for w, x in e.top_starts(top):
+            typer.echo(f"  {x:6.3f}  p{w.page} {w.text}")
+    typer.echo(f"attention of its {e.slots} slots ({e.document_share:.0%} on the document), per word:")
     for w, x in e.top(top):
         typer.echo(f"  {x:6.3f}  p{w.page} {w.text}")
     typer.echo(f"heat map: {out}")
@@ -410,27 +452,38 @@ def serve(
     port: int = typer.Option(8000),
     model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped model)"),
     threads: Optional[int] = typer.Option(None, help="torch/OCR threads (default $PIPKIE_THREADS or 1)"),
-    ocr: str = typer.Option("rapidocr", help="rapidocr | tesseract"),
-    max_batch: int = typer.Option(8, min=1, help="most requests decoded together"),
-    max_wait_ms: float = typer.Option(10.0, min=0, help="how long the first queued request waits for others"),
-    max_upload_mb: float = typer.Option(10.0, min=0.001),
-    max_pages: int = typer.Option(10, min=1),
-    max_keys: int = typer.Option(32, min=1),
-    timeout: float = typer.Option(60.0, min=0.1, help="request timeout in seconds (504 after it)"),
-    load_workers: int = typer.Option(2, min=1, help="threads loading/OCR-ing documents"),
+    ocr: Optional[str] = typer.Option(None, help="rapidocr | tesseract (default rapidocr)"),
+    max_batch: Optional[int] = typer.Option(None, min=1, help="most requests decoded together (8)"),
+    max_wait_ms: Optional[float] = typer.Option(None, min=0, help="how long the first queued request waits for others (10)"),
+    max_upload_mb: Optional[float] = typer.Option(None, min=0.001, help="largest body/upload in MB (10; 413)"),
+    max_pages: Optional[int] = typer.Option(None, min=1, help="most PDF pages / TIFF frames (10; 413)"),
+    max_pixels: Optional[int] = typer.Option(None, min=1, help="most pixels of a page image (40,000,000; 413)"),
+    max_words: Optional[int] = typer.Option(None, min=1, help="most words of a document (10,000; 413)"),
+    max_keys: Optional[int] = typer.Option(None, min=1, help="most keys per request (32; 422)"),
+    max_queue: Optional[int] = typer.Option(None, min=1, help="most requests in progress (32; 503 beyond)"),
+    timeout: Optional[float] = typer.Option(None, min=0.1, help="request deadline in seconds (15): 503 at once "
+                                            "when it cannot be met, 504 after it; X-Request-Timeout overrides"),
+    load_workers: Optional[int] = typer.Option(None, min=1, help="threads loading/OCR-ing documents (2)"),
 ):
-    """Serve POST /extract (multipart upload or JSON words/text) and GET /health; docs at /docs."""
-    import uvicorn
+    """Serve POST /extract (upload or JSON words/text), GET /health and GET /metrics; docs at /docs.
 
-    from pipkie.serve import create_app
+    Every option can also be set as PIPKIE_<OPTION> in the environment (PIPKIE_MAX_WORDS=20000;
+    --timeout is PIPKIE_REQUEST_TIMEOUT_S); options win. SIGTERM drains: new requests get 503,
+    admitted ones finish."""
+    from pipkie.serve import ServeSettings, run
 
-    n = _threads(threads)
-    ex = _load_extractor(model, n, ocr)
-    app_ = create_app(ex, max_batch=max_batch, max_wait_ms=max_wait_ms, max_upload_mb=max_upload_mb,
-                      max_pages=max_pages, max_keys=max_keys, request_timeout_s=timeout, threads=n, ocr=ocr,
-                      load_workers=load_workers)
+    try:
+        settings = ServeSettings.from_env(
+            model=model, threads=threads, ocr=ocr, max_batch=max_batch, max_wait_ms=max_wait_ms,
+            max_upload_mb=max_upload_mb, max_pages=max_pages, max_pixels=max_pixels, max_words=max_words,
+            max_keys=max_keys, max_queue=max_queue, request_timeout_s=timeout, load_workers=load_workers)
+    except ValueError as e:
+        _err(str(e))
+        raise typer.Exit(2)
+    n = _threads(settings.threads)
+    ex = _load_extractor(settings.model, n, settings.ocr)
     typer.echo(f"pipkie: serving {ex.name} on http://{host}:{port} (docs: /docs)", err=True)
-    uvicorn.run(app_, host=host, port=port, log_level="warning")
+    run(host, port, extractor=ex, settings=settings.model_copy(update={"threads": n}))
 
 
 @app.command()

@@ -21,6 +21,7 @@ from pipkie.data.kleister import read_kleister_nda
 from pipkie.data.poie import read_poie
 from pipkie.data.sroie import read_sroie
 from pipkie.data.wildreceipt import read_wildreceipt
+from pipkie.data.words import read_words
 from pipkie.document import Document
 
 READERS: dict[str, Callable[..., Iterator[Document]]] = {
@@ -31,6 +32,7 @@ READERS: dict[str, Callable[..., Iterator[Document]]] = {
     "cord": read_cord,
     "poie": read_poie,
     "donut": read_donut,
+    "words": read_words,
 }
 
 
@@ -56,5 +58,6 @@ __all__ = [
     "read_poie",
     "read_sroie",
     "read_wildreceipt",
+    "read_words",
     "write_donut",
 ]

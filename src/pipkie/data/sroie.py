@@ -1,5 +1,9 @@
 """ICDAR 2019 SROIE task 3: `{split}/box/{id}.txt` OCR lines + `{split}/entities/{id}.txt` JSON.
 
+Splits: the published `train` (626) and `test` (347), and two carved from train for model
+selection: `dev` (the receipts whose id hashes into DEV_FRACTION of the space, ~60) and
+`train_nodev` (train without them). Choices are made on `dev`; `test` is scored once per shipped model.
+
 Box lines are `x1,y1,x2,y2,x3,y3,x4,y4,text` (the text may contain commas). Page sizes come from
 `{split}/images.jsonl` when present, else from the image in `{split}/img/`, else from the boxes'
 extent. Keys: company, date, address, total.
@@ -15,6 +19,15 @@ from pipkie.data.errors import DataError
 from pipkie.document import Document, Word, normalize_box
 
 KEYS = ("company", "date", "address", "total")
+DEV_FRACTION = 0.1
+CARVED = {"dev": True, "train_nodev": False}  # carved split -> holds the dev receipts
+
+
+def in_dev(doc_id: str) -> bool:
+    """Whether a train receipt belongs to the carved dev split (a stable hash of its id)."""
+    import hashlib
+
+    return int(hashlib.sha1(doc_id.encode()).hexdigest()[:8], 16) < DEV_FRACTION * 16**8
 
 
 def read_box_file(path: Path, width: float | None = None, height: float | None = None) -> tuple[list[Word], tuple[int, int]]:
@@ -44,6 +57,10 @@ def read_box_file(path: Path, width: float | None = None, height: float | None =
 
 def read_sroie(data_dir: str | Path, split: str = "train", limit: int | None = None) -> Iterator[Document]:
     """Yield the split's receipts (sorted by id) with their ground-truth fields."""
+    if split in CARVED:
+        docs = (d for d in read_sroie(data_dir, "train") if in_dev(d.id) == CARVED[split])
+        yield from (d for n, d in enumerate(docs) if limit is None or n < limit)
+        return
     root = Path(data_dir) / split
     box_dir, ent_dir = root / "box", root / "entities"
     if not box_dir.is_dir():

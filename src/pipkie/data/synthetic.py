@@ -264,23 +264,29 @@ def _check(render: bool, out_dir) -> None:
         raise ValueError("render=True needs out_dir (where the PNG images are written); or pass render=False")
 
 
+RECEIPT_WIDTHS, FORM_WIDTHS = (420, 480, 540, 600), (760, 850, 960)
+
+
 def _generate(kind: str, n: int, seed: int, out_dir, render: bool, layout_variety: bool, missing_prob: float,
-              noise: float, skew: float, id_prefix: str) -> Iterator[Document]:
+              noise: float, skew: float, id_prefix: str, build: Callable | None = None, fonts: tuple = (),
+              widths: tuple = (), start: int = 0) -> Iterator[Document]:
+    """Lay out and (optionally) draw n documents of `build(rng, fake, fit, rule, missing_prob, variety)`,
+    which returns rows of `(text, position, align[, anything])` segments (None = a gap) and fields."""
     if render:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     fake = Faker("en_MS")
-    for i in range(n):
+    build = build or (_receipt if kind == "receipt" else _form)
+    fonts = fonts or (RECEIPT_FONTS if kind == "receipt" else FORM_FONTS)
+    widths = widths or (RECEIPT_WIDTHS if kind == "receipt" else FORM_WIDTHS)
+    for i in range(start, n):
         rng = random.Random(f"pipkie-{kind}-{seed}-{i}")
         fake.seed_instance(rng.randrange(2**32))
-        fonts = RECEIPT_FONTS if kind == "receipt" else FORM_FONTS
         font_name = rng.choice(fonts) if layout_variety else fonts[0]
         size = rng.randint(15, 22) if layout_variety else 18
-        width = (rng.choice((420, 480, 540, 600)) if kind == "receipt" else rng.choice((760, 850, 960))) \
-            if layout_variety else (480 if kind == "receipt" else 850)
+        width = rng.choice(widths) if layout_variety else widths[1]
         font, margin = _font(font_name, size), rng.randint(12, 40) if layout_variety else 24
         text_w = width - 2 * margin
         fit = lambda t, frac=1.0: _wrap(t, font, text_w * frac) or [t]  # noqa: E731
-        build = _receipt if kind == "receipt" else _form
         rule = "-" * int(text_w * rng.uniform(0.6, 1.0) / font.getlength("-"))
         rows, fields = build(rng, fake, fit, rule, missing_prob, layout_variety)
         line_h = size * (rng.uniform(1.2, 1.6) if layout_variety else 1.4)
@@ -289,7 +295,7 @@ def _generate(kind: str, n: int, seed: int, out_dir, render: bool, layout_variet
             if row is None:
                 y += line_h * 0.6
                 continue
-            for text, pos, align in row:
+            for text, pos, align, *_ in row:
                 w = font.getlength(text)
                 x = margin + pos * text_w - (0 if align == "l" else w if align == "r" else w / 2)
                 segments.append((text, max(2.0, x), y))
@@ -325,15 +331,17 @@ def _generate(kind: str, n: int, seed: int, out_dir, render: bool, layout_variet
 
 def generate_receipts(n: int, seed: int = 0, *, out_dir: str | Path | None = None, render: bool = True,
                       layout_variety: bool = True, missing_prob: float = 0.05, noise: float = 0.0,
-                      skew: float = 0.0, id_prefix: str = "synth-receipt") -> Iterator[Document]:
-    """Yield n receipts with fields company/date/address/total (a generator; wrap in list())."""
+                      skew: float = 0.0, id_prefix: str = "synth-receipt", start: int = 0) -> Iterator[Document]:
+    """Yield receipts start..n-1 with fields company/date/address/total (a generator; wrap in list())."""
     _check(render, out_dir)
-    return _generate("receipt", n, seed, out_dir, render, layout_variety, missing_prob, noise, skew, id_prefix)
+    return _generate("receipt", n, seed, out_dir, render, layout_variety, missing_prob, noise, skew, id_prefix,
+                     start=start)
 
 
 def generate_forms(n: int, seed: int = 0, *, out_dir: str | Path | None = None, render: bool = True,
                    layout_variety: bool = True, missing_prob: float = 0.1, noise: float = 0.0,
-                   skew: float = 0.0, id_prefix: str = "synth-form") -> Iterator[Document]:
-    """Yield n forms whose fields are 4-9 keys of FORM_FIELDS (a generator; wrap in list())."""
+                   skew: float = 0.0, id_prefix: str = "synth-form", start: int = 0) -> Iterator[Document]:
+    """Yield forms start..n-1 whose fields are 4-9 keys of FORM_FIELDS (a generator; wrap in list())."""
     _check(render, out_dir)
-    return _generate("form", n, seed, out_dir, render, layout_variety, missing_prob, noise, skew, id_prefix)
+    return _generate("form", n, seed, out_dir, render, layout_variety, missing_prob, noise, skew, id_prefix,
+                     start=start)

@@ -26,6 +26,10 @@ class TrainConfig:
     keys: list[str] = field(default_factory=lambda: ["company", "date", "address", "total"])
     synthetic: int = 0  # synthetic receipts added to the training documents
     extra_text: list[str] = field(default_factory=list)  # stage 1: more corpora ("kleister_nda:DIR", "synthetic")
+    # A mixture of sources (pipkie.train.mixture) replaces dataset/split/synthetic when given.
+    mixture: list[dict] = field(default_factory=list)
+    key_variation: float = 0.5  # mixture: chance a key is renamed (synonym, casing: pipkie.train.keys)
+    describe: float = 0.2  # mixture: chance a key carries a description in the template
     budgets: dict[str, int] = field(default_factory=lambda: {"company": 20, "date": 8, "address": 40, "total": 6})
     default_budget: int = 16
     max_length: int = 1024

@@ -91,6 +91,8 @@ def finetune(cfg: TrainConfig) -> dict:
     """Stage 2: answer templates of real key/values (PIP masks, or the AR baseline's answers)."""
     if cfg.objective not in ("pip", "ar"):
         raise ValueError("finetune objective must be 'pip' or 'ar'")
+    if cfg.mixture:
+        return finetune_mixture(cfg)
     docs = load_documents(cfg)
     texts = [serialize(d) for d in docs]
     values = [{k: d.value(k) for k in cfg.keys} for d in docs]
@@ -113,6 +115,62 @@ def finetune(cfg: TrainConfig) -> dict:
     pattern = cfg.pattern if cfg.objective == "pip" else "causal"
     summary = train(cfg, model, make_batch, save=_saver(cfg, model, tokenizer, cfg.objective), pattern=pattern)
     summary.update(documents=len(docs), objective=cfg.objective, base=cfg.base)
+    Path(cfg.output_dir, "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def inference_budgets(cfg: TrainConfig) -> dict[str, int]:
+    """Slots per key name saved with a mixture-trained model: every alias of a canonical key gets its
+    budget (pipkie.train.keys), the config's own budgets win."""
+    from pipkie.train.keys import ALIASES, BUDGETS, DEFAULT_BUDGET
+
+    out: dict[str, int] = {}
+    for canonical, names in ALIASES.items():
+        for name in (canonical, *names):
+            out.setdefault(name, BUDGETS.get(canonical, DEFAULT_BUDGET))
+    return {**out, **cfg.budgets}
+
+
+def finetune_mixture(cfg: TrainConfig) -> dict:
+    """Stage 2 on a mixture of sources (pipkie.train.mixture): varied documents, keys and key names.
+
+    PIP and AR runs of one config draw the very same documents and templates at every step (the
+    batch is a function of seed and step, and no draw depends on the objective), so the AR baseline
+    is trained on exactly what the PIP model is."""
+    from pipkie.train.mixture import Mixture, templates
+
+    mixture = Mixture.from_config(cfg.mixture, seed=cfg.seed)
+    corpus = [serialize(d) for s in mixture.sources if s.docs for d in s.docs[:200]]
+    model, tokenizer = build_model(cfg, corpus=corpus)
+    budgets = inference_budgets(cfg)
+    builder = TemplateBuilder(tokenizer, max_length=cfg.max_length, budgets=budgets,
+                              default_budget=cfg.default_budget, slot_tokens=cfg.slot_tokens,
+                              field_blocks=cfg.field_blocks, copy=cfg.copy_head)
+    n_blocks = cfg.templates_per_doc if cfg.pattern != "full" else 1
+    value_len = lambda v: len(builder._ids(" " + v))  # noqa: E731  (the same for PIP and AR)
+
+    def make_batch(step: int):
+        rng = random.Random(cfg.seed * 1_000_003 + step)
+        insts = []
+        for _ in range(cfg.batch_size):
+            source, doc = mixture.draw(rng)
+            pairs = templates(source, doc, rng, n_blocks, value_len=value_len, key_dropout=cfg.key_dropout,
+                              absent=cfg.absent_keys, variation=cfg.key_variation, describe=cfg.describe)
+            values: dict = {}
+            schemas = []
+            for schema, vals in pairs:  # a name bound to another value in an earlier block: drop the block
+                if all(values.get(k, v) == v for k, v in vals.items()):
+                    values.update(vals)
+                    schemas.append(schema)
+            insts.append(kv_instance(builder, serialize(doc), values, schemas, objective=cfg.objective, rng=rng,
+                                     reveal=cfg.reveal))
+        return collate(insts, builder.pad_id, end_id=builder.end_id)
+
+    cfg_saved = TrainConfig(**{**cfg.to_dict(), "budgets": budgets})
+    pattern = cfg.pattern if cfg.objective == "pip" else "causal"
+    summary = train(cfg, model, make_batch, save=_saver(cfg_saved, model, tokenizer, cfg.objective), pattern=pattern)
+    summary.update(sources=[dict(kind=s.kind, weight=s.weight, documents=s.n) for s in mixture.sources],
+                   objective=cfg.objective, base=cfg.base)
     Path(cfg.output_dir, "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

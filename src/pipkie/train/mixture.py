@@ -1,0 +1,149 @@
+"""A training mixture: documents drawn from several sources by weight, each made into instances.
+
+    mixture = Mixture.from_config(cfg.mixture, seed=cfg.seed)
+    source, doc = mixture.draw(rng)
+
+A source (one entry of `TrainConfig.mixture`) is a dict:
+
+    {"source": "dataset", "name": "sroie", "data_dir": "../shared/data/sroie", "split": "train_nodev", "weight": 0.2}
+    {"source": "world_receipts", "n": 20000, "weight": 0.4}        # pipkie.data.receipts
+    {"source": "invoices", "n": 4000, "weight": 0.1}
+    {"source": "forms", "n": 4000, "weight": 0.05}                 # pipkie.data.synthetic
+    {"source": "receipts_my", "n": 4000, "weight": 0.05}           # SROIE-like synthetic receipts
+    {"source": "self", "name": "words", "data_dir": "runs/ocr/wildreceipt_unlabeled", "weight": 0.1}
+
+Every source except `self` is key/value supervised (its documents' fields, under varied key names:
+`pipkie.train.keys`); `self` sources are unlabelled text, made into span-copy templates (a few
+words of the document as the key, the words that follow as the value), which teach "find this
+place and copy what follows" on real OCR output. `absent_pool` lists the keys a source's documents
+may lack (answered `unknown`). Optional per source: `variation` (key renaming probability),
+`limit`, `noise` (OCR character noise for generated sources).
+
+Synthetic documents are generated lazily and cached by index (document i depends only on the seed
+and i), so a run of any length draws from the same fixed set. Test splits are refused.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from pipkie.document import Document
+from pipkie.train.keys import sample_schemas
+
+GENERATED = ("world_receipts", "invoices", "forms", "receipts_my")
+
+
+@dataclass
+class Source:
+    kind: str  # "dataset" | "self" | one of GENERATED
+    weight: float
+    options: dict = field(default_factory=dict)
+    docs: list[Document] | None = None  # a dataset's documents (None for generated sources)
+    n: int = 0
+    cache: dict[int, Document] = field(default_factory=dict)
+
+    @property
+    def supervised(self) -> bool:
+        return self.kind != "self"
+
+    def get(self, i: int, seed: int) -> Document:
+        if self.docs is not None:
+            return self.docs[i]
+        if i not in self.cache:  # document i depends only on (seed, i): generate just that one
+            self.cache[i] = _generate(self.kind, i, seed, self.options)
+        return self.cache[i]
+
+
+def _generate(kind: str, i: int, seed: int, options: dict) -> Document:
+    from pipkie.data import receipts, synthetic
+
+    make = {"world_receipts": receipts.generate_world_receipts, "invoices": receipts.generate_invoices,
+            "forms": synthetic.generate_forms, "receipts_my": synthetic.generate_receipts}[kind]
+    return next(iter(make(i + 1, seed=seed, render=False, noise=float(options.get("noise", 0.0)), start=i)))
+
+
+class Mixture:
+    def __init__(self, sources: list[Source], seed: int = 0):
+        if not sources:
+            raise ValueError("the mixture has no sources")
+        self.sources, self.seed = sources, seed
+        total = sum(s.weight for s in sources)
+        if total <= 0:
+            raise ValueError("mixture weights must add up to more than 0")
+        self.cum = []
+        acc = 0.0
+        for s in sources:
+            acc += s.weight / total
+            self.cum.append(acc)
+
+    @classmethod
+    def from_config(cls, entries: list[dict], seed: int = 0) -> "Mixture":
+        from pipkie.data import read_dataset
+
+        sources = []
+        for e in entries:
+            e = dict(e)
+            kind, weight = e.pop("source", None), float(e.pop("weight", 1.0))
+            if kind in ("dataset", "self"):
+                split = e.get("split", "train")
+                if "test" in split:
+                    raise ValueError(f"refusing to train on a test split ({e.get('name')}:{split})")
+                docs = list(read_dataset(e["name"], e["data_dir"], split, limit=e.get("limit")))
+                if kind == "self":
+                    from pipkie.document import serialize
+
+                    docs = [d for d in docs if len(serialize(d).split()) >= 8]
+                if not docs:
+                    raise ValueError(f"mixture source {e.get('name')}:{split} has no documents")
+                sources.append(Source(kind, weight, e, docs, len(docs)))
+            elif kind in GENERATED:
+                sources.append(Source(kind, weight, e, None, int(e.get("n", 1000))))
+            else:
+                raise ValueError(f"unknown mixture source {kind!r}: dataset, self or one of {', '.join(GENERATED)}")
+        return cls(sources, seed)
+
+    def draw(self, rng: random.Random) -> tuple[Source, Document]:
+        u = rng.random()
+        s = next((s for s, c in zip(self.sources, self.cum) if u <= c), self.sources[-1])
+        return s, s.get(rng.randrange(s.n), self.seed + 1)
+
+
+def templates(source: Source, doc: Document, rng: random.Random, n: int, *, value_len, key_dropout: float,
+              absent: float, variation: float = 0.5, describe: float = 0.2):
+    """n (schema, values) answer templates for one drawn document (see the module docstring)."""
+    if source.supervised:
+        fields = {k: doc.value(k) for k in doc.fields if not k.startswith("items.")}
+        return sample_schemas(fields, rng, n, absent_pool=tuple(source.options.get("absent_pool", ())),
+                              variation=float(source.options.get("variation", variation)), describe=describe,
+                              key_dropout=key_dropout, absent=absent, value_len=value_len)
+    return span_templates(doc, rng, n, value_len=value_len)
+
+
+def span_templates(doc: Document, rng: random.Random, n: int, *, value_len, spans: int = 3):
+    """Self-supervised templates: key = 1-4 words of a line, value = the 1-6 words after them."""
+    import re
+
+    from pipkie.document import serialize
+    from pipkie.schema import Key, KeySchema, SchemaError
+
+    words = serialize(doc).split()
+    out = []
+    for _ in range(n):
+        keys, values = [], {}
+        for _ in range(spans):
+            i = rng.randrange(1, max(2, len(words) - 1))
+            k = rng.randint(1, 4)
+            name = re.sub(r"[^A-Za-z0-9_.\- ]", " ", " ".join(words[max(0, i - k): i]))
+            name = " ".join(name.split())[:40]
+            value = " ".join(words[i: i + rng.randint(1, 6)])
+            if not name or name.lower() in {x.name.lower() for x in keys}:
+                continue
+            try:
+                keys.append(Key(name, None, min(64, value_len(value) + 1 + rng.choice((0, 2, 8)))))
+            except SchemaError:
+                continue
+            values[name] = value
+        if keys:
+            out.append((KeySchema(tuple(keys)), values))
+    return out

@@ -1,0 +1,109 @@
+"""Training mixtures: key names as users write them, sources by weight, PIP and AR on the same data."""
+
+import json
+import random
+
+import pytest
+
+from pipkie.data import read_dataset
+from pipkie.data.receipts import generate_world_receipts
+from pipkie.data.sroie import in_dev
+from pipkie.schema import Key
+from pipkie.train.keys import ALIASES, sample_schemas, styled, surface
+from pipkie.train.mixture import Mixture, span_templates, templates
+
+FIELDS = {"store_name": "CHOEUN KOREANRESTAURANT", "date": "12/30/2016FRI", "total": "$60.44", "tips": None}
+
+
+def test_styles_and_aliases_are_valid_key_names():
+    rng = random.Random(0)
+    for canonical, names in ALIASES.items():
+        for name in names:
+            for _ in range(5):
+                Key(styled(name, rng))  # raises on an invalid name
+    assert styled("total amount", random.Random(3)) in {"total amount", "total_amount", "totalAmount", "Total Amount",
+                                                        "TOTAL AMOUNT"}
+    assert surface("total", rng, variation=0.0) == "total"
+    names = {surface("total", rng, variation=1.0).lower().replace("_", " ") for _ in range(200)}
+    assert len(names) >= 5 and "amount paid" in names
+
+
+def test_sampled_templates_hold_their_values():
+    rng = random.Random(1)
+    seen_absent = seen_described = 0
+    for schema, values in sample_schemas(FIELDS, rng, 200, absent_pool=("tips", "tel"), value_len=len):
+        assert set(values) == set(schema.names)
+        for key in schema:
+            v = values[key.name]
+            assert v is None or key.max_tokens >= len(v) + 1  # the budget holds the value and an end
+            seen_absent += v is None
+            seen_described += key.description is not None
+    assert 60 < seen_absent < 140 and seen_described > 30
+
+
+def test_span_templates_copy_what_follows_the_key():
+    (doc,) = generate_world_receipts(1, seed=0, render=False)
+    rng = random.Random(2)
+    from pipkie.document import serialize
+
+    text = " ".join(serialize(doc).split())
+    for schema, values in span_templates(doc, rng, 5, value_len=len):
+        for key in schema:
+            assert values[key.name] in text
+
+
+def test_mixture_draws_by_weight_and_refuses_test_splits(tmp_path, shared_data):
+    with pytest.raises(ValueError, match="test split"):
+        Mixture.from_config([{"source": "dataset", "name": "sroie", "data_dir": str(shared_data / "sroie"),
+                              "split": "test"}])
+    with pytest.raises(ValueError, match="unknown mixture source"):
+        Mixture.from_config([{"source": "nope"}])
+    m = Mixture.from_config([{"source": "world_receipts", "n": 50, "weight": 3},
+                             {"source": "dataset", "name": "sroie", "data_dir": str(shared_data / "sroie"),
+                              "split": "dev", "weight": 1}], seed=0)
+    rng = random.Random(0)
+    kinds = [m.draw(rng)[0].kind for _ in range(400)]
+    assert 0.68 < kinds.count("world_receipts") / 400 < 0.82
+    a = [m.draw(random.Random(5))[1].id for _ in range(3)]
+    assert len(set(a)) == 1  # a draw is a function of the rng state
+    src, doc = next((s, d) for s, d in (m.draw(rng) for _ in range(50)) if s.kind == "dataset")
+    pairs = templates(src, doc, rng, 2, value_len=len, key_dropout=0.3, absent=1.0)
+    assert all(any(v is None for v in vals.values()) for _, vals in pairs)  # an absent key in every template
+
+
+def test_sroie_dev_is_carved_from_train(shared_data):
+    dev = [d.id for d in read_dataset("sroie", shared_data / "sroie", "dev")]
+    rest = [d.id for d in read_dataset("sroie", shared_data / "sroie", "train_nodev")]
+    assert len(dev) == 59 and len(rest) == 567 and not set(dev) & set(rest)
+    assert all(in_dev(i) for i in dev)
+
+
+def test_pip_and_ar_runs_of_a_mixture_see_the_same_documents(tmp_path, monkeypatch):
+    from pipkie.train import finetune as ft
+    from pipkie.train.config import TrainConfig
+
+    words = tmp_path / "words"
+    words.mkdir()
+    for d in generate_world_receipts(6, seed=9, render=False):
+        (words / f"{d.id}.json").write_text(json.dumps({**d.to_dict(), "fields": {}}))
+    seen: dict[str, list] = {"pip": [], "ar": []}
+    real = ft.kv_instance
+
+    def spy(builder, text, values, schemas, *, objective, rng, reveal=0.0):
+        seen[objective].append((text, [s.names for s in schemas], values))
+        return real(builder, text, values, schemas, objective=objective, rng=rng, reveal=reveal)
+
+    monkeypatch.setattr(ft, "kv_instance", spy)
+    mixture = [{"source": "world_receipts", "n": 20, "weight": 1},
+               {"source": "self", "name": "words", "data_dir": str(words), "split": "all", "weight": 1}]
+    for objective in ("pip", "ar"):
+        cfg = TrainConfig(objective=objective, base="compact", output_dir=str(tmp_path / objective), mixture=mixture,
+                          steps=2, batch_size=2, threads=1, bf16=False, lora_r=0, tokenizer_vocab=400,
+                          compact=dict(arch="qwen2", hidden=32, layers=1, heads=2, ffn=64), max_length=512,
+                          copy_head=objective == "pip", slot_tokens=8 if objective == "pip" else 0,
+                          field_blocks=objective == "pip", checkpoint_every=10)
+        summary = ft.finetune(cfg)
+        assert summary["objective"] == objective and summary["steps"] == 2
+    assert seen["pip"] == seen["ar"] and len(seen["pip"]) == 4
+    saved = json.loads((tmp_path / "pip" / "model" / "pipkie.json").read_text())
+    assert saved["budgets"]["store address"] == 64 and saved["copy_head"]
