@@ -1,17 +1,24 @@
 #!/usr/bin/env python
-"""Load test for `pipkie serve`: many concurrent clients, requests/s and latency percentiles.
+"""Load test, soak and hostile probes for `pipkie serve`.
 
     python scripts/load_test.py                      # start a server (shipped model, else a tiny random
                                                      # one built here), 50 clients x 10 requests, stop it
     python scripts/load_test.py --url http://127.0.0.1:8000     # an already running server
-    python scripts/load_test.py --model models/pipkie-sroie --clients 20 --requests 5 --json result.json
+    python scripts/load_test.py --clients 10 --requests 3 --json result.json
+    python scripts/load_test.py --soak 1800 --rate 0.3 --json soak.json     # 30 min at 0.3 requests/s
+    python scripts/load_test.py --probes --json probes.json                 # the three probes of issue 15
 
 Requests are JSON words (SROIE box files from ../shared/data/sroie/{test,train}/box when present,
-else a synthetic receipt), so the figures measure the service and the model, not OCR
-(`--payload text` sends plain text instead). The run is bounded: `--deadline` seconds for all
-requests (unfinished ones are counted as failures), then the server it started is stopped.
-Prints one JSON summary: requests, failures by kind, wall time, requests/s, latency p50/p90/p99/max
-(successful requests), and the server's batching counters (documents per model call).
+else a synthetic receipt), so the figures measure the service and the model, not OCR. Each request
+has the server's deadline (`--request-timeout`, passed to the server it starts). The service
+answers what it cannot do in time with 503 at once, so the load test checks the contract: every
+request either succeeds within its deadline or is refused (503) within 1 s; `violations` counts
+the others. A refused client goes on with its next request (`--honour-retry-after` waits first).
+
+Summary (one JSON object): requests, successes, rejections (503), failures by kind, goodput
+(successes/s), latency p50/p90/p99/max of successes and of rejections, violations, the server's
+batching counters. `--soak` sends requests at a fixed rate (open loop) for that many seconds and
+samples the server's RSS (`process_resident_memory_bytes` from /metrics): growth after `--warmup-s`.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -33,6 +41,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 SROIE = ROOT.parent / "shared" / "data" / "sroie"
+SAMPLE = ROOT / "samples" / "receipt.jpg"
+REJECT_WITHIN_S = 1.0
 
 
 def build_tiny_model(directory: Path) -> Path:
@@ -57,6 +67,7 @@ def build_tiny_model(directory: Path) -> Path:
     return directory
 
 
+# ---- payloads -----------------------------------------------------------------------------------
 def box_files(n: int) -> list[Path]:
     files: list[Path] = []
     for split in ("test", "train"):
@@ -98,6 +109,25 @@ def payload_texts(n: int) -> list[str]:
     return [" ".join(w["text"] for w in p["words"]) for p in payloads(n, "words")]
 
 
+def one_line_payload(n: int) -> dict:
+    """`n` words on one line (the reading-order probe)."""
+    return {"id": f"line{n}", "words": [{"text": f"W{i}", "box": [i % 990, 500, i % 990 + 8, 512]} for i in range(n)]}
+
+
+def bomb_png(width: int = 12000, height: int = 12000) -> bytes:
+    """A valid all-black grey PNG of width x height: a few hundred KB that decode to width*height bytes."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+
+    z, row, idat = zlib.compressobj(9), bytes(width + 1), []
+    for _ in range(height):
+        idat.append(z.compress(row))
+    idat.append(z.flush())
+    ihdr = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 0, 0, 0, 0])
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", b"".join(idat)) + chunk(b"IEND", b"")
+
+
+# ---- the server ---------------------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -131,23 +161,61 @@ def wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float) -> dic
     raise SystemExit(f"server at {url} not healthy after {timeout:.0f} s")
 
 
-async def client_loop(client: httpx.AsyncClient, url: str, docs: list[dict], offset: int, n: int, keys, out: list):
+def server_rss_mb(url: str) -> float | None:
+    try:
+        for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+            if line.startswith("process_resident_memory_bytes "):
+                return float(line.split()[1]) / 2**20
+    except httpx.HTTPError:
+        return None
+    return None
+
+
+# ---- measuring ----------------------------------------------------------------------------------
+async def post(client: httpx.AsyncClient, url: str, out: list, **kw) -> httpx.Response | None:
+    """One request; appends (status or error name, seconds, message) to `out`."""
+    t0 = time.perf_counter()
+    try:
+        r = await client.post(f"{url}/extract", **kw)
+        out.append((r.status_code, time.perf_counter() - t0, None if r.status_code == 200 else r.text[:200]))
+        return r
+    except httpx.HTTPError as e:
+        out.append((type(e).__name__, time.perf_counter() - t0, str(e)[:200]))
+        return None
+
+
+async def client_loop(client, url, docs, offset, n, keys, out, honour_retry_after):
     for i in range(n):
-        body = {**docs[(offset + i) % len(docs)], "keys": keys}
-        t0 = time.perf_counter()
-        try:
-            r = await client.post(f"{url}/extract", json=body)
-            out.append((r.status_code, time.perf_counter() - t0, None if r.status_code == 200 else r.text[:200]))
-        except httpx.HTTPError as e:
-            out.append((type(e).__name__, time.perf_counter() - t0, str(e)[:200]))
+        r = await post(client, url, out, json={**docs[(offset + i) % len(docs)], "keys": keys})
+        if honour_retry_after and r is not None and r.status_code == 503:
+            await asyncio.sleep(float(r.headers.get("retry-after", "1")))
 
 
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
     values = sorted(values)
-    k = min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))
-    return values[k]
+    return values[min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))]
+
+
+def summarize(results: list, total: int, wall: float, deadline_s: float) -> dict:
+    ok = [lat for status, lat, _ in results if status == 200]
+    rejected = [lat for status, lat, _ in results if status == 503]
+    failures = Counter(str(status) for status, _, _ in results if status not in (200, 503))
+    if len(results) < total:
+        failures["unfinished (deadline)"] = total - len(results)
+    ms = lambda v: None if v is None else round(v * 1000, 1)  # noqa: E731
+    lat = lambda v: {f"p{q}": ms(percentile(v, q)) for q in (50, 90, 99)} | {"max": ms(max(v) if v else None)}  # noqa: E731
+    return {
+        "requests": total, "succeeded": len(ok), "rejected_503": len(rejected), "failures": dict(failures),
+        "failure_examples": sorted({m for s, _, m in results if s not in (200, 503) and m})[:3],
+        "violations": {"success_after_deadline": sum(v > deadline_s for v in ok),
+                       "rejection_after_1s": sum(v > REJECT_WITHIN_S for v in rejected),
+                       "other_failures": sum(failures.values())},
+        "wall_s": round(wall, 2), "goodput_per_s": round(len(ok) / wall, 3) if wall else None,
+        "latency_ms": lat(ok) | {"mean": ms(statistics.fmean(ok) if ok else None)},
+        "rejection_latency_ms": lat(rejected),
+    }
 
 
 async def run_load(url: str, args) -> dict:
@@ -157,28 +225,73 @@ async def run_load(url: str, args) -> dict:
     limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
     async with httpx.AsyncClient(timeout=args.request_timeout + 10, limits=limits) as client:
         t0 = time.perf_counter()
-        tasks = [asyncio.create_task(client_loop(client, url, docs, c * args.requests, args.requests, keys, results))
-                 for c in range(args.clients)]
-        done, pending = await asyncio.wait(tasks, timeout=args.deadline)
+        tasks = [asyncio.create_task(client_loop(client, url, docs, c * args.requests, args.requests, keys, results,
+                                                 args.honour_retry_after)) for c in range(args.clients)]
+        _, pending = await asyncio.wait(tasks, timeout=args.deadline)
         for t in pending:
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         wall = time.perf_counter() - t0
-    total = args.clients * args.requests
-    ok = [lat for status, lat, _ in results if status == 200]
-    failures = Counter(str(status) for status, _, _ in results if status != 200)
-    if len(results) < total:
-        failures["unfinished (deadline)"] = total - len(results)
-    examples = sorted({msg for status, _, msg in results if status != 200 and msg})[:3]
-    ms = lambda v: None if v is None else round(v * 1000, 1)  # noqa: E731
-    return {
-        "url": url, "payload": args.payload, "documents": len(docs), "clients": args.clients,
-        "requests_per_client": args.requests, "requests": total, "succeeded": len(ok),
-        "failures": dict(failures), "failure_examples": examples, "wall_s": round(wall, 2),
-        "requests_per_s": round(len(ok) / wall, 2) if wall else None,
-        "latency_ms": {"p50": ms(percentile(ok, 50)), "p90": ms(percentile(ok, 90)), "p99": ms(percentile(ok, 99)),
-                       "max": ms(max(ok) if ok else None), "mean": ms(statistics.fmean(ok) if ok else None)},
-    }
+    return {"url": url, "payload": args.payload, "documents": len(docs), "clients": args.clients,
+            "requests_per_client": args.requests, **summarize(results, args.clients * args.requests, wall,
+                                                               args.request_timeout)}
+
+
+async def run_soak(url: str, args) -> dict:
+    """Open loop: one request every 1/rate s for `--soak` seconds; RSS sampled every `--sample-s`."""
+    docs = payloads(args.documents, args.payload)
+    results: list = []
+    rss: list[tuple[float, float]] = []
+    async with httpx.AsyncClient(timeout=args.request_timeout + 10) as client:
+        t0, tasks, i = time.perf_counter(), [], 0
+        next_sample = 0.0
+        while (now := time.perf_counter() - t0) < args.soak:
+            if now >= next_sample:
+                value = await asyncio.to_thread(server_rss_mb, url)
+                if value is not None:
+                    rss.append((round(now, 1), round(value, 1)))
+                next_sample += args.sample_s
+            tasks.append(asyncio.create_task(post(client, url, results, json=docs[i % len(docs)])))
+            i += 1
+            await asyncio.sleep(max(0.0, i / args.rate - (time.perf_counter() - t0)))
+        await asyncio.gather(*tasks)
+        wall = time.perf_counter() - t0
+    after = [v for t, v in rss if t >= args.warmup_s]
+    growth = round(100 * (after[-1] - after[0]) / after[0], 2) if len(after) >= 2 else None
+    return {"url": url, "rate_per_s": args.rate, "seconds": args.soak, **summarize(results, i, wall, args.request_timeout),
+            "rss_mb": {"warmup_end": after[0] if after else None, "end": after[-1] if after else None,
+                       "growth_pct_after_warmup": growth, "samples": rss}}
+
+
+async def run_probes(url: str, args) -> dict:
+    """Issue 15's probes: a 6,000-word line and a 3-line request right behind it; a 12000x12000 PNG;
+    30 uploads of the sample receipt, each with a 20 s client timeout."""
+    out: dict = {}
+    async with httpx.AsyncClient(timeout=60) as client:
+        first, behind = [], []
+        long_req = asyncio.create_task(post(client, url, first, json=one_line_payload(6000)))
+        await asyncio.sleep(0.05)
+        three_lines = [{"text": t, "box": [100 + 200 * j, 100 + 100 * r, 180 + 200 * j, 130 + 100 * r]}
+                       for r, line in enumerate(["ACME TRADING", "DATE 12/03/2019", "TOTAL 9.90"])
+                       for j, t in enumerate(line.split())]
+        await post(client, url, behind, json={"id": "three-lines", "words": three_lines})
+        await long_req
+        out["line_6000_words"] = {"status": first[0][0], "seconds": round(first[0][1], 2)}
+        out["request_behind_it"] = {"status": behind[0][0], "seconds": round(behind[0][1], 2), "bound_s": 8}
+        bomb, res = bomb_png(), []
+        await post(client, url, res, files={"file": ("bomb.png", bomb, "image/png")})
+        out["png_12000x12000"] = {"bytes": len(bomb), "status": res[0][0], "seconds": round(res[0][1], 2),
+                                  "detail": res[0][2], "bound_s": 3}
+    uploads: list = []
+    image = SAMPLE.read_bytes()
+    async with httpx.AsyncClient(timeout=20, limits=httpx.Limits(max_connections=30)) as client:
+        await asyncio.gather(*(post(client, url, uploads, files={"file": ("receipt.jpg", image, "image/jpeg")})
+                               for _ in range(30)))
+    counts = Counter(str(s) for s, _, _ in uploads)
+    out["uploads_30_timeout_20s"] = {"statuses": dict(counts), "timed_out": sum(not isinstance(s, int) for s, _, _ in uploads),
+                                     **{k: v for k, v in summarize(uploads, 30, 0, 20).items()
+                                        if k in ("violations", "latency_ms", "rejection_latency_ms")}}
+    return out
 
 
 def main(argv=None) -> int:
@@ -192,13 +305,23 @@ def main(argv=None) -> int:
     ap.add_argument("--documents", type=int, default=20, help="distinct documents cycled through")
     ap.add_argument("--payload", choices=("words", "text"), default="words")
     ap.add_argument("--keys", default=None, help="comma-separated keys (default: the model's)")
-    ap.add_argument("--deadline", type=float, default=300, help="seconds for the whole run")
-    ap.add_argument("--request-timeout", type=float, default=60)
+    ap.add_argument("--deadline", type=float, default=300, help="seconds for the whole load run")
+    ap.add_argument("--request-timeout", type=float, default=None,
+                    help="each request's deadline, the started server's --timeout (default 60; probes: the "
+                         "server's own default, 15, as a client that sends no X-Request-Timeout gets)")
+    ap.add_argument("--honour-retry-after", action="store_true", help="a refused client waits Retry-After first")
+    ap.add_argument("--soak", type=float, default=0, help="soak for this many seconds instead of the load run")
+    ap.add_argument("--rate", type=float, default=0.3, help="soak: requests per second")
+    ap.add_argument("--warmup-s", type=float, default=300, help="soak: RSS growth is measured after this")
+    ap.add_argument("--sample-s", type=float, default=10, help="soak: RSS sampling period")
+    ap.add_argument("--probes", action="store_true", help="run issue 15's three probes instead of the load run")
     ap.add_argument("--threads", type=int, default=1, help="server torch/OCR threads")
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--max-wait-ms", type=float, default=10)
     ap.add_argument("--json", dest="json_path", help="also write the summary here")
     args = ap.parse_args(argv)
+    if args.request_timeout is None:
+        args.request_timeout = 15.0 if args.probes else 60.0
 
     proc, tmp = None, None
     url = args.url.rstrip("/") if args.url else None
@@ -215,21 +338,21 @@ def main(argv=None) -> int:
             url = f"http://127.0.0.1:{port}"
             proc = start_server(model, port, args)
         health = wait_healthy(url, proc, timeout=180)
-        summary = asyncio.run(run_load(url, args))
-        after = httpx.get(f"{url}/health", timeout=10).json()
-        batching = after.get("batching", {})
+        runner = run_probes if args.probes else run_soak if args.soak else run_load
+        summary = asyncio.run(runner(url, args))
+        batching = httpx.get(f"{url}/health", timeout=10).json().get("batching", {})
         calls = batching.get("model_calls") or 0
         summary["server"] = {"model": health.get("model"), "limits": health.get("limits"), "batching": batching,
                              "documents_per_model_call": round(batching.get("documents", 0) / calls, 2) if calls else None}
         print(json.dumps(summary, indent=2))
         if args.json_path:
             Path(args.json_path).write_text(json.dumps(summary, indent=2) + "\n")
-        return 0 if summary["succeeded"] == summary["requests"] else 1
+        return 0 if args.probes or not any(summary["violations"].values()) else 1
     finally:
         if proc is not None:
             proc.terminate()
             try:
-                proc.wait(timeout=15)
+                proc.wait(timeout=45)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

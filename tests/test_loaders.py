@@ -261,3 +261,107 @@ def test_text_inputs(tmp_path):
     assert load_document("Total 5.00".encode(), content_type="text/plain").text == "Total 5.00"
     # an entities-like JSON in a .txt is text, not words
     assert load_document(b'{"total": "9.90"}', filename="entities.txt").text == '{"total": "9.90"}'
+
+
+# ---- limits, cancellation, error codes ----------------------------------------------------------
+def png_header(width: int, height: int) -> bytes:
+    """A PNG that claims width x height in its header, with no pixel data (it cannot be decoded)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
+def test_pixel_limit_is_checked_from_the_header(no_ocr):
+    from pipkie.loaders import LimitExceeded
+
+    with pytest.raises(LimitExceeded, match="huge.png: image is 12000x12000 = 144,000,000 pixels, more than the "
+                                            "limit of 40,000,000") as e:
+        load_document(png_header(12000, 12000), filename="huge.png")  # would not even decode
+    assert e.value.code == "too_many_pixels" and "huge.png" not in e.value.reason
+    with pytest.raises(LimitExceeded, match="more than the limit of 100"):
+        load_document(png_header(20, 20), filename="small.png", max_pixels=100)
+    # above Pillow's own bomb limit with ours lifted: still a limit, not a corrupt file
+    with pytest.raises(LimitExceeded, match="too large") as e:
+        load_document(png_header(20000, 20000), filename="bomb.png", max_pixels=None)
+    assert e.value.code == "too_many_pixels"
+
+
+def test_each_tiff_frame_is_checked_before_it_is_decoded(fake_ocr, tmp_path):
+    from pipkie.loaders import LimitExceeded
+
+    frames = [Image.new("L", (100, 100), 255), Image.new("L", (400, 400), 255)]
+    path = tmp_path / "mixed.tiff"
+    frames[0].save(path, save_all=True, append_images=frames[1:])
+    with pytest.raises(LimitExceeded, match="400x400"):
+        load_document(path, max_pixels=50_000)
+    assert fake_ocr.sizes == [(100, 100)]  # the first page was fine, the second never decoded
+
+
+def test_word_limit_in_every_form(fake_ocr):
+    from pipkie.loaders import LimitExceeded
+
+    words = {"words": [{"text": f"w{i}", "box": [0, 0, 1, 1]} for i in range(6)]}
+    pdf = make_text_pdf([[(72, 700, 10, "a b c")], [(72, 700, 10, "d e f")]])
+    box = b"".join(b"1,1,9,1,9,9,1,9,w%d\n" % i for i in range(6))
+    tiff = io.BytesIO()
+    Image.new("RGB", (20, 20)).save(tiff, "TIFF", save_all=True, append_images=[Image.new("RGB", (20, 20))] * 5)
+    for data, name in [(json.dumps(words).encode(), "w.json"), (pdf, "p.pdf"), (box, "b.txt"),
+                       (b"one two three four five six", "t.txt"), (tiff.getvalue(), "s.tiff")]:
+        with pytest.raises(LimitExceeded, match=f"{name}: 6 words, more than the limit of 5") as e:
+            load_document(data, filename=name, max_words=5)
+        assert e.value.code == "too_many_words"
+        load_document(data, filename=name, max_words=6)
+    with pytest.raises(LimitExceeded, match="2 words"):
+        load_document(text="two words", max_words=1)
+
+
+def test_a_set_cancel_event_stops_between_pages(no_ocr):
+    import threading
+
+    from pipkie.loaders import LoadCancelled
+
+    cancel = threading.Event()
+    pdf = make_text_pdf([[(72, 700, 12, "a")], [(72, 700, 12, "b")]])
+    assert len(load_document(pdf, filename="two.pdf", cancel=cancel).words) == 2
+    cancel.set()
+    with pytest.raises(LoadCancelled):
+        load_document(pdf, filename="two.pdf", cancel=cancel)
+
+
+def test_errors_carry_a_code_a_reason_and_the_decoders_detail(fake_ocr):
+    with pytest.raises(DocumentError) as e:
+        load_document(b"\x89PNG\r\n\x1a\ngarbage", filename="x.png")
+    assert e.value.code == "unreadable_document" and e.value.reason == "not a readable image"
+    assert e.value.detail and str(e.value) == f"x.png: not a readable image ({e.value.detail})"
+    with pytest.raises(DocumentError) as e:
+        load_document(b"\x00\x9f\x92\x96 binary", filename="blob.bin")
+    assert e.value.code == "unsupported_type" and e.value.detail is None
+    with pytest.raises(DocumentError) as e:
+        load_document(b"", filename="e.txt")
+    assert e.value.code == "empty_document"
+
+
+@pytest.mark.parametrize("box", ["[NaN, 0, 1, 1]", "[Infinity, 0, 1, 1]", "[1e999, 0, 1, 1]", f"[{10**400}, 0, 1, 1]",
+                                 "[true, 0, 1, 1]", '["1", 0, 1, 1]'])
+def test_json_words_refuse_non_numbers(box):
+    data = b'{"words": [{"text": "x", "box": %s}], "page_sizes": [[100, 100]]}' % box.encode()
+    with pytest.raises(DocumentError, match="box must be") as e:
+        load_document(data, filename="w.json")
+    assert e.value.code == "invalid_words"
+
+
+def test_json_words_pages_are_limited():
+    from pipkie.loaders import LimitExceeded, words_document
+
+    obj = {"words": [{"text": "x", "box": [0, 0, 1, 1], "page": 4}]}
+    with pytest.raises(LimitExceeded, match="5 pages, more than the limit of 3"):
+        words_document(obj, max_pages=3)
+    with pytest.raises(DocumentError, match="page_sizes"):
+        words_document({"words": [], "page_sizes": [[1e999, 5]]})
+    assert words_document(obj, "d", max_pages=5).words[0].page == 4

@@ -152,3 +152,26 @@ def test_parse_tesseract_tsv():
 def test_to_words_drops_blank_text_and_sets_page():
     words = to_words([OCRWord("A", (0, 0, 50, 20), 0.9), OCRWord(" ", (0, 0, 1, 1), 0.9)], (100, 40), page=2)
     assert len(words) == 1 and words[0].box == (0, 0, 500, 500) and words[0].page == 2
+
+
+def test_pixel_limit_before_decoding(monkeypatch):
+    from pipkie.ocr import MAX_PIXELS, ImageTooLarge
+
+    big = Image.new("L", (300, 200))
+    buf = __import__("io").BytesIO()
+    big.save(buf, "PNG")
+    decoded = []
+    real_load = Image.Image.load
+    monkeypatch.setattr(Image.Image, "load", lambda self: decoded.append(self.size) or real_load(self))
+    with pytest.raises(ImageTooLarge, match="300x200 = 60,000 pixels, more than the limit of 50,000") as e:
+        load_image(buf.getvalue(), max_pixels=50_000)
+    assert decoded == [] and e.value.reason.startswith("image is 300x200")
+    assert load_image(buf.getvalue(), max_pixels=60_000).size == (300, 200)
+    assert MAX_PIXELS == 40_000_000 and issubclass(ImageTooLarge, OCRError)
+
+
+def test_engine_errors_say_whether_the_engine_is_missing():
+    with pytest.raises(OCREngineError) as e:
+        get_engine("nope")
+    assert e.value.unavailable
+    assert not OCREngineError("rapidocr failed: boom", unavailable=False).unavailable

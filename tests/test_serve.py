@@ -1,5 +1,10 @@
-"""The service: uploads and JSON, every bad input answered 4xx with a message, dynamic batching,
-failures confined to their request, timeouts, a loop that keeps answering while the model works."""
+"""The service: uploads and JSON, every bad input answered 4xx in the error format, dynamic batching,
+failures confined to their request (500 for the server's own), request ids, a responsive loop,
+settings from the environment, the CLI's serve command.
+
+Limits are in test_serve_limits.py; back-pressure, cancellation, shutdown and /metrics in
+test_serve_load.py.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from pipkie.serve import create_app
+from pipkie.serve import ServeSettings, create_app
 from tests.test_extract import (  # noqa: F401
     BOX_FILE, KEYS, SAMPLE, answering, check_extraction, needs_sroie, receipt_doc, tiny_extractor, tiny_model_dir,
 )
@@ -30,33 +35,38 @@ def client(tiny_extractor):
 
 def ok(res, keys=KEYS):
     assert res.status_code == 200, res.text
+    assert res.headers["x-request-id"]
     return check_extraction(_as_extraction(res.json()), keys, res.json()["decode"])
 
 
 def _as_extraction(d):
     from pipkie.extract import Box, Extraction, Field
 
-    return Extraction(d["document"], {k: Field(f["value"], f["confidence"], [Box(**b) for b in f["boxes"]], f["grounding"])
-                                      for k, f in d["fields"].items()}, d["decode"], d["seconds"], d["truncated"])
+    fields = {k: Field(**{**f, "boxes": [Box(**b) for b in f["boxes"]]}) for k, f in d["fields"].items()}
+    return Extraction(**{**d, "fields": fields})
 
 
-def error(res, status: int, *fragments: str) -> str:
+def error(res, status: int, code: str, *fragments: str) -> str:
+    """The error format: status, stable code, a message, the request id in body and header."""
     assert res.status_code == status, (res.status_code, res.text)
-    detail = res.json()["detail"]
-    assert isinstance(detail, str) and detail
+    body = res.json()
+    assert set(body) == {"code", "detail", "request_id"} and body["code"] == code, body
+    assert body["request_id"] == res.headers["x-request-id"] and len(body["request_id"]) >= 8
+    assert isinstance(body["detail"], str) and body["detail"]
     for f in fragments:
-        assert f in detail, detail
-    return detail
+        assert f in body["detail"], body["detail"]
+    return body["detail"]
 
 
 # ---- the happy paths ------------------------------------------------------------------------------
 def test_health_and_docs(client, tiny_extractor):
     h = client.get("/health").json()
     assert h["status"] == "ok" and h["model"] == "pipkie-tiny-model" and h["keys"] == KEYS
-    assert h["limits"]["max_keys"] == 8 and "queued" in h["batching"]
+    assert h["limits"]["max_keys"] == 8 and h["limits"]["max_words"] == 10_000 and "queued" in h["batching"]
     assert client.get("/docs").status_code == 200
-    body = client.get("/openapi.json").json()["paths"]["/extract"]["post"]["requestBody"]["content"]
-    assert set(body) == {"multipart/form-data", "application/json"}
+    paths = client.get("/openapi.json").json()["paths"]
+    assert set(paths) == {"/health", "/metrics", "/extract"}
+    assert set(paths["/extract"]["post"]["requestBody"]["content"]) == {"multipart/form-data", "application/json"}
 
 
 def test_multipart_real_receipt_image(client, receipt_doc):  # receipt_doc: the OCR engine is warm
@@ -101,66 +111,93 @@ def test_json_words_from_precomputed_ocr(client, tiny_extractor, monkeypatch):
     assert d["fields"]["total"]["grounding"] == "exact" and d["fields"]["total"]["boxes"]
 
 
-# ---- bad inputs: 4xx and a message ----------------------------------------------------------------
+def test_request_ids(client):
+    mine = client.post("/extract", json={"text": "Total 9.90"}, headers={"X-Request-ID": "client-42"})
+    assert mine.status_code == 200 and mine.headers["x-request-id"] == "client-42"
+    hostile = client.post("/extract", json={"text": ""}, headers={"X-Request-ID": "x" * 500 + "\n"})
+    rid = hostile.json()["request_id"]
+    assert rid == hostile.headers["x-request-id"] and len(rid) == 16 and rid.isalnum()
+    other = client.post("/extract", json={"text": ""}).json()["request_id"]
+    assert other != rid
+
+
+# ---- bad inputs: 4xx, a stable code and a message -----------------------------------------------
 def test_bad_keys(client):
     post = lambda **data: client.post("/extract", files={"file": ("n.txt", b"Total 9.90", "text/plain")}, data=data)  # noqa: E731
-    error(post(keys=" , "), 422, "keys is empty")
-    error(client.post("/extract", json={"text": "x", "keys": []}), 422, "keys is empty")
-    error(post(keys=",".join(f"k{i}" for i in range(9))), 422, "9 keys", "at most 8")
-    error(post(keys="a" * 65), 422, "65 characters")
-    error(post(keys="to:tal"), 422, "characters other than")
-    error(post(keys="total", schema="{}"), 422, "not both")
-    error(post(schema="{not json"), 422, "not valid JSON")
-    error(post(schema=json.dumps({"properties": {"n": {"type": "integer"}}})), 422, "must be a string")
-    error(post(keys="total", decode="beam"), 422, "decode must be one of")
-    error(post(keys="total", refine_steps="99"), 422, "refine_steps")
-    error(post(keys="total", key="oops"), 422, "unknown form fields")
+    error(post(keys=" , "), 422, "invalid_keys", "keys is empty")
+    error(client.post("/extract", json={"text": "x", "keys": []}), 422, "invalid_keys", "keys is empty")
+    error(post(keys=",".join(f"k{i}" for i in range(9))), 422, "invalid_keys", "9 keys", "at most 8")
+    error(post(keys="a" * 65), 422, "invalid_keys", "65 characters")
+    error(post(keys="to:tal"), 422, "invalid_keys", "characters other than")
+    error(post(keys="total,total"), 422, "invalid_keys", "twice")
+    error(post(keys="total", schema="{}"), 422, "invalid_keys", "not both")
+    error(post(schema="{not json"), 422, "invalid_keys", "not valid JSON")
+    error(post(schema=json.dumps({"properties": {"n": {"type": "integer"}}})), 422, "invalid_keys", "must be a string")
+    error(post(schema=json.dumps({"properties": {"n": "string"}})), 422, "invalid_keys", "must be an object")
+    error(post(schema=json.dumps({"properties": {"n": {"type": [{}]}}})), 422, "invalid_keys", "list of strings")
+    error(post(schema=json.dumps({"properties": {"n": {"anyOf": [1]}}})), 422, "invalid_keys", "anyOf")
+    error(post(keys="total", decode="beam"), 422, "invalid_request", "decode must be one of")
+    error(post(keys="total", refine_steps="99"), 422, "invalid_request", "refine_steps")
+    error(client.post("/extract", json={"text": "x", "refine_steps": 1.5}), 422, "invalid_request", "refine_steps")
+    error(post(keys="total", key="oops"), 422, "invalid_request", "unknown form fields")
     # keys whose mask budgets leave no room for the document: refused by the model worker, as a 422
     big = {"type": "object", "properties": {f"k{i}": {"type": "string", "x-max-tokens": 256} for i in range(5)}}
-    error(post(schema=json.dumps(big)), 422, "cannot extract")
+    error(post(schema=json.dumps(big)), 422, "keys_do_not_fit", "cannot extract")
 
 
 def test_bad_content(client):
-    error(client.post("/extract", content=b"<xml/>", headers={"content-type": "text/xml"}), 415, "content type")
-    error(client.post("/extract", files={"file": ("a.zip", b"PK\x03\x04", "application/zip")}), 415, "application/zip")
+    error(client.post("/extract", content=b"<xml/>", headers={"content-type": "text/xml"}), 415,
+          "unsupported_media_type", "content type")
+    error(client.post("/extract", files={"file": ("a.zip", b"PK\x03\x04", "application/zip")}), 415,
+          "unsupported_media_type", "application/zip")
     error(client.post("/extract", files={"file": ("a.bin", b"\x00\x01\x02\xff\xfe", "application/octet-stream")}),
-          415, "unsupported")
+          415, "unsupported_type", "unsupported")
     error(client.post("/extract", files={"file": ("r.jpg", b"\xff\xd8\xff\xe0 truncated jpeg", "image/jpeg")}),
-          422, "r.jpg")
-    error(client.post("/extract", files={"file": ("r.png", b"garbage", "image/png")}), 422, "not a readable image")
-    error(client.post("/extract", files={"file": ("big.png", b"\x89PNG" + bytes(1_200_000), "image/png")}), 413, "1 MB")
+          422, "unreadable_document", "r.jpg")
+    detail = error(client.post("/extract", files={"file": ("r.png", b"garbage", "image/png")}), 422,
+                   "unreadable_document", "not a readable image")
+    assert "corrupt image data" not in detail  # the decoder's words stay in the log
     error(client.post("/extract", content=b"{\"text\": ", headers={"content-type": "application/json"}), 400,
-          "malformed JSON")
+          "malformed_body", "malformed JSON")
+    error(client.post("/extract", content=b"[" * 100_000, headers={"content-type": "application/json"}), 400,
+          "malformed_body")
     error(client.post("/extract", content=b"--x\r\nbroken", headers={"content-type": "multipart/form-data"}),
-          400, "malformed multipart")
+          400, "malformed_body", "malformed multipart")
     error(client.post("/extract", content=b"--x\r\nbroken", headers={"content-type": "multipart/form-data; boundary=x"}),
-          422, "no document")
-    error(client.post("/extract", json=[1, 2]), 422, "object")
-    error(client.post("/extract", json={"keys": ["total"]}), 422, "no document")
-    error(client.post("/extract", json={"text": "a", "words": []}), 422, "not both")
-    error(client.post("/extract", json={"words": [{"text": "x", "box": [1, 2]}]}), 422, "box must be")
-    error(client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 5000, 10]}]}), 422, "0-1000")
-    error(client.post("/extract", json={**WORDS, "colour": 1}), 422, "unknown fields")
-    error(client.post("/extract", data={"keys": "total"}, files={"other": ("x", b"1")}), 422, "unknown form fields")
-    error(client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 1, 1], "page": 2}],
-                                        "page_sizes": [[10, 10]] * 3}), 422, "3 pages", "limit of 2")
-    pdf = make_text_pdf([[(72, 720, 12, "page")]] * 3)
-    error(client.post("/extract", files={"file": ("three.pdf", pdf, "application/pdf")}), 422, "3 pages")
+          422, "invalid_request", "no document")
+    error(client.post("/extract", json=[1, 2]), 422, "invalid_request", "object")
+    error(client.post("/extract", json={"keys": ["total"]}), 422, "invalid_request", "no document")
+    error(client.post("/extract", json={"text": "a", "words": []}), 422, "invalid_request", "not both")
+    error(client.post("/extract", json={"words": []}), 422, "empty_document", "no words")
+    error(client.post("/extract", json={"words": [{"text": "x", "box": [1, 2]}]}), 422, "invalid_words", "box must be")
+    error(client.post("/extract", content=b'{"words": [{"text": "x", "box": [NaN, 0, 1, 1]}]}',
+                      headers={"content-type": "application/json"}), 422, "invalid_words", "box must be")
+    error(client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 5000, 10]}]}), 422, "invalid_words",
+          "0-1000")
+    error(client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 1, 1]}], "page_sizes": "a4"}), 422,
+          "invalid_words", "page_sizes")
+    error(client.post("/extract", json={**WORDS, "colour": 1}), 422, "invalid_request", "unknown fields")
+    error(client.post("/extract", json={**WORDS, "id": {"a": 1}}), 422, "invalid_request", "id must be")
+    error(client.post("/extract", data={"keys": "total"}, files={"other": ("x", b"1")}), 422, "invalid_request",
+          "unknown form fields")
+    error(client.post("/extract", headers={"X-Request-Timeout": "soon"}, json={"text": "x"}), 422, "invalid_request",
+          "X-Request-Timeout")
+    error(client.get("/nowhere"), 404, "not_found")
+    error(client.get("/extract"), 405, "method_not_allowed")
     assert client.get("/health").json()["status"] == "ok"
 
 
 def test_a_decoder_library_crash_is_the_documents_fault(client, monkeypatch):
-    """A malformed file that makes a decoder library raise something unexpected: 422, not 500."""
+    """A malformed file that makes a decoder library raise something unexpected: 422, its text only logged."""
     import struct
-
-    import pipkie.serve
 
     def broken(*a, **kw):
         raise struct.error("unpack requires a buffer of 4 bytes")
 
-    monkeypatch.setattr(pipkie.serve, "load_document", broken)
-    error(client.post("/extract", files={"file": ("r.png", b"\x89PNG....", "image/png")}), 422, "could not read",
-          "unpack requires")
+    monkeypatch.setattr("pipkie.serve.parsing.load_document", broken)
+    detail = error(client.post("/extract", files={"file": ("r.png", b"\x89PNG\r\n\x1a\n....", "image/png")}), 422,
+                   "unreadable_document", "r.png", "could not read")
+    assert "unpack" not in detail
     assert client.get("/health").json()["status"] == "ok"
 
 
@@ -183,40 +220,43 @@ def record_calls(monkeypatch, extractor, delay=0.0, fail_on=None, exc=ValueError
     return calls
 
 
-async def _fire(app, payloads, timeout=60):
+async def fire(app, payloads, timeout=60, headers=None):
+    """POST every payload at once through the ASGI app (no lifespan: nothing is warmed up)."""
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=timeout) as c:
-        return await asyncio.gather(*(c.post("/extract", json=p) for p in payloads))
+        return await asyncio.gather(*(c.post("/extract", json=p, headers=headers) for p in payloads))
 
 
 def test_concurrent_requests_are_batched_and_grouped(tiny_extractor, monkeypatch):
     calls = record_calls(monkeypatch, tiny_extractor, delay=0.05)
     app = create_app(tiny_extractor, max_batch=8, max_wait_ms=300)
     payloads = [{"text": f"Total {i}.00", "keys": ["total"] if i % 2 else ["total", "date"]} for i in range(8)]
-    results = asyncio.run(_fire(app, payloads))
+    results = asyncio.run(fire(app, payloads))
     assert [r.status_code for r in results] == [200] * 8
     assert [list(r.json()["fields"]) for r in results] == [p["keys"] for p in payloads]
     assert sum(len(texts) for texts, _ in calls) == 8
     assert max(len(texts) for texts, _ in calls) > 1  # one forward pass for several requests
     for texts, keys in calls:  # a call never mixes key sets
         assert all((int(t.split()[1][0]) % 2 == 1) == (keys == ("total",)) for t in texts)
-    stats = app.state.batcher.stats
+    stats = app.state.service.batcher.stats
     assert stats["model_calls"] == len(calls) and stats["largest_call"] > 1
 
 
-def test_a_failing_request_does_not_take_its_batch_down(tiny_extractor, monkeypatch):
-    record_calls(monkeypatch, tiny_extractor, fail_on="boom")
+def test_a_failing_request_does_not_take_its_batch_down(tiny_extractor, monkeypatch, caplog):
+    record_calls(monkeypatch, tiny_extractor, fail_on="boom", exc=RuntimeError)
     app = create_app(tiny_extractor, max_batch=8, max_wait_ms=300)
     payloads = [{"text": "Total 1.00"}, {"text": "boom"}, {"text": "Total 2.00"}, {"text": "Total 3.00"}]
-    results = asyncio.run(_fire(app, payloads))
-    assert [r.status_code for r in results] == [200, 422, 200, 200]
-    assert "boom in the batch" in results[1].json()["detail"]
-    # an unexpected exception: that request gets a JSON error, the worker lives on
+    with caplog.at_level("ERROR", logger="pipkie.serve"):
+        results = asyncio.run(fire(app, payloads))
+    assert [r.status_code for r in results] == [200, 500, 200, 200]
+    detail = error(results[1], 500, "internal_error", "request id")
+    assert "boom" not in detail and "RuntimeError" not in detail  # the server's failure: details in the log only
+    assert results[1].json()["request_id"] in caplog.text and "boom in the batch" in caplog.text
+    # a ValueError inside the model code is a server bug too, not the client's fault; the worker lives on
     monkeypatch.undo()
-    record_calls(monkeypatch, tiny_extractor, fail_on="crash", exc=RuntimeError)
-    results = asyncio.run(_fire(app, [{"text": "crash"}, {"text": "Total 4.00"}]))
-    assert results[0].status_code == 500 and "RuntimeError" in results[0].json()["detail"]
-    assert results[1].status_code == 200
+    record_calls(monkeypatch, tiny_extractor, fail_on="crash", exc=ValueError)
+    results = asyncio.run(fire(app, [{"text": "crash"}, {"text": "Total 4.00"}]))
+    assert [r.status_code for r in results] == [500, 200]
 
 
 def test_timeout_and_a_responsive_loop(tiny_extractor, monkeypatch):
@@ -234,7 +274,7 @@ def test_timeout_and_a_responsive_loop(tiny_extractor, monkeypatch):
             return await slow, health, health_s
 
     slow, health, health_s = asyncio.run(scenario())
-    error(slow, 504, "timed out")
+    error(slow, 504, "timeout", "deadline")
     assert health.status_code == 200 and health_s < 0.3
 
 
@@ -243,3 +283,39 @@ def test_the_app_can_be_started_again(tiny_extractor):
     for _ in range(2):  # lifespan stop shuts the worker and pools down; a new start brings them back
         with TestClient(app) as c:
             ok(c.post("/extract", json={"text": "Total 9.90"}))
+
+
+# ---- settings and the CLI -------------------------------------------------------------------------
+def test_settings_from_the_environment_and_overrides():
+    s = ServeSettings.from_env({"PIPKIE_MAX_WORDS": "123", "PIPKIE_WARMUP": "false", "PIPKIE_MAX_BATCH": "4"},
+                               max_batch=2, max_pages=None)
+    assert (s.max_words, s.warmup, s.max_batch, s.max_pages) == (123, False, 2, 10)
+    assert ServeSettings().max_pixels == 40_000_000 and ServeSettings().request_timeout_s == 15
+    with pytest.raises(ValueError, match="PIPKIE_MAX_PIXELS"):
+        ServeSettings.from_env({"PIPKIE_MAX_PIXELS": "lots"})
+    with pytest.raises(ValueError, match="max_keys"):
+        ServeSettings.from_env({}, max_keys=0)
+    with pytest.raises(ValueError, match="unknown serve settings"):
+        ServeSettings.from_env({}, colour="red")
+    app = create_app(object(), ServeSettings(max_words=7), max_queue=3)
+    assert (app.state.service.settings.max_words, app.state.service.settings.max_queue) == (7, 3)
+
+
+def test_cli_serve_builds_settings_from_options_and_env(tiny_model_dir, monkeypatch):
+    from typer.testing import CliRunner
+
+    import pipkie.serve
+    from pipkie.cli import app
+
+    seen = {}
+    monkeypatch.setattr(pipkie.serve, "run", lambda host, port, extractor, settings: seen.update(
+        host=host, port=port, name=extractor.name, settings=settings))
+    monkeypatch.setenv("PIPKIE_MAX_WORDS", "500")
+    res = CliRunner().invoke(app, ["serve", "--model", str(tiny_model_dir), "--port", "8123", "--timeout", "5",
+                                   "--max-pixels", "1000000"])
+    assert res.exit_code == 0, res.output
+    s = seen["settings"]
+    assert seen["port"] == 8123 and (s.request_timeout_s, s.max_pixels, s.max_words) == (5, 1_000_000, 500)
+    monkeypatch.setenv("PIPKIE_MAX_QUEUE", "none")
+    res = CliRunner().invoke(app, ["serve", "--model", str(tiny_model_dir)])
+    assert res.exit_code == 2 and "PIPKIE_MAX_QUEUE" in res.output

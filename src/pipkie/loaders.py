@@ -25,8 +25,14 @@ from its name or content type, then from its content:
   given (as in `Document.to_dict()` output).
 - anything else that decodes as UTF-8 text: `Document(text=...)`.
 
-Every failure on the input (corrupt, unsupported, empty, too many pages) raises `DocumentError`,
-a `ValueError` that names the file. A missing OCR engine raises `pipkie.ocr.OCREngineError`.
+Every failure on the input (corrupt, unsupported, empty) raises `DocumentError`, a `ValueError`
+that names the file, with a stable `code`, a `reason` fit to show a client and the decoder's own
+`detail` (for logs). A document over a limit raises its subclass `LimitExceeded`: more than
+`max_pages` pages (PDF pages, TIFF/GIF frames), a page over `max_pixels` (read from the image
+header, before anything is decoded), more than `max_words` words (counted before building a JSON
+document, after each PDF page and after OCR). `cancel` (a threading.Event) stops a load between
+pages with `LoadCancelled`: the service sets it when the request is gone. A missing OCR engine
+raises `pipkie.ocr.OCREngineError`.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import io
 import json
 import re
 import tempfile
+import threading
 from pathlib import Path
 from typing import Union
 
@@ -43,7 +50,7 @@ from PIL import Image, ImageSequence
 from pipkie.data.errors import DataError
 from pipkie.data.sroie import read_box_file
 from pipkie.document import Document, Word, normalize_box
-from pipkie.ocr import OCREngineError, OCRError, get_engine, load_image, to_words
+from pipkie.ocr import MAX_PIXELS, ImageTooLarge, OCREngineError, OCRError, check_pixels, get_engine, load_image, to_words
 
 Source = Union[str, Path, bytes, None]
 
@@ -63,7 +70,35 @@ _BOX_LINE = re.compile(r"^\s*-?\d+(\.\d+)?(\s*,\s*-?\d+(\.\d+)?){7}\s*,")
 
 
 class DocumentError(DataError):
-    """A source could not be turned into a Document; the message starts with the file's name."""
+    """A source could not be turned into a Document; the message starts with the file's name.
+
+    code: stable name of what went wrong ("unreadable_document", "unsupported_type",
+    "empty_document", "invalid_words", or a limit's code); reason: the message without the file's
+    name and without `detail`, the decoder library's own words (which end the message when given).
+    """
+
+    def __init__(self, path, reason: str, line: int | None = None, *, detail: str | None = None,
+                 code: str = "unreadable_document"):
+        super().__init__(path, reason + (f" ({detail})" if detail else ""), line)
+        self.reason, self.detail, self.code = reason, detail, code
+
+
+class LimitExceeded(DocumentError):
+    """The document is over a limit: code "too_many_pages", "too_many_pixels" or "too_many_words"."""
+
+
+class LoadCancelled(Exception):
+    """The load was cancelled between pages (its `cancel` event was set)."""
+
+
+def _check_words(n: int, max_words: int | None, name: str) -> None:
+    if max_words is not None and n > max_words:
+        raise LimitExceeded(name, f"{n:,} words, more than the limit of {max_words:,}", code="too_many_words")
+
+
+def _check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise LoadCancelled()
 
 
 def load_document(
@@ -77,13 +112,20 @@ def load_document(
     max_pages: int = 20,
     dpi: int = 200,
     pdf_text: bool = True,
+    max_pixels: int | None = MAX_PIXELS,
+    max_words: int | None = None,
+    cancel: threading.Event | None = None,
 ) -> Document:
     """A Document from a path, from bytes (name them with `filename` / `content_type`), or from `text`.
 
     ocr/threads choose the OCR engine (`pipkie.ocr.get_engine`); pdf_text=False OCRs PDF pages even
-    when they have a text layer. More than `max_pages` pages raises DocumentError.
+    when they have a text layer. More than `max_pages` pages, a page of more than `max_pixels`
+    pixels or more than `max_words` words (None: no limit) raise LimitExceeded; a set `cancel`
+    event raises LoadCancelled at the next page.
     """
+    limits = {"max_pages": max_pages, "max_pixels": max_pixels, "max_words": max_words, "cancel": cancel}
     if text is not None:
+        _check_words(len(text.split()), max_words, filename or "text")
         return Document(id=Path(filename).stem if filename else "text", text=text)
     if source is None:
         raise TypeError("load_document needs a source (path or bytes) or text=")
@@ -101,24 +143,33 @@ def load_document(
     else:
         raise TypeError(f"source must be a path or bytes, not {type(source).__name__}")
     if not data:
-        raise DocumentError(name, "file is empty")
+        raise DocumentError(name, "file is empty", code="empty_document")
     doc_id = Path(filename or name).stem if (filename or path) else "document"
     kind = _sniff(data, filename or name, content_type)
     try:
         if kind == "image":
-            return _load_image(data, doc_id, path, name, ocr, threads, max_pages)
+            return _load_image(data, doc_id, path, name, ocr, threads, limits)
         if kind == "pdf":
-            return _load_pdf(data, doc_id, name, ocr, threads, max_pages, dpi, pdf_text)
-        return _load_textual(data, doc_id, path, name, kind)
-    except (DocumentError, OCREngineError):
+            return _load_pdf(data, doc_id, name, ocr, threads, dpi, pdf_text, limits)
+        return _load_textual(data, doc_id, path, name, kind, limits)
+    except (DocumentError, OCREngineError, LoadCancelled):
         raise
+    except ImageTooLarge as e:
+        raise LimitExceeded(name, e.reason, detail=e.detail, code="too_many_pixels") from e
     except OCRError as e:  # its message starts with the image's name: keep the reason only
-        raise DocumentError(name, str(e).split(": ", 1)[-1]) from e
+        raise DocumentError(name, e.reason, detail=e.detail) from e
     except DataError as e:  # from read_box_file: keep the line number, name the user's file
         where = f"{e.path}:{e.line}" if e.line is not None else str(e.path)
         raise DocumentError(name, str(e).removeprefix(where + ": "), line=e.line) from e
     except Exception as e:  # untrusted input: any parser failure is the file's fault, not a crash
-        raise DocumentError(name, f"cannot read {kind} ({type(e).__name__}: {e})") from e
+        raise DocumentError(name, f"cannot read {kind}", detail=f"{type(e).__name__}: {e}") from e
+
+
+def sniff(data: bytes, name: str = "", content_type: str | None = None) -> str:
+    """What `load_document` will take `data` for: 'pdf', 'image', 'json' or 'text' (box files and
+    plain text are told apart later); DocumentError when the name or type promises a PDF or an
+    image that the bytes are not. Cheap (signatures only): the service sizes its work by it."""
+    return _sniff(data, name or "<upload>", content_type)
 
 
 def _sniff(data: bytes, name: str, content_type: str | None) -> str:
@@ -135,7 +186,7 @@ def _sniff(data: bytes, name: str, content_type: str | None) -> str:
     if ext == ".pdf" or ctype == "application/pdf":
         raise DocumentError(name, "not a PDF (no %PDF- header)")
     if ext in _IMAGE_EXTS or ctype.startswith("image/"):
-        raise DocumentError(name, "not a readable image (unknown or corrupt image data)")
+        raise DocumentError(name, "not a readable image", detail="unknown or corrupt image data")
     if ext == ".json" or ctype == "application/json":
         return "json"
     return "text"
@@ -143,49 +194,56 @@ def _sniff(data: bytes, name: str, content_type: str | None) -> str:
 
 def _check_pages(n: int, max_pages: int, name: str) -> None:
     if n == 0:
-        raise DocumentError(name, "document has no pages")
+        raise DocumentError(name, "document has no pages", code="empty_document")
     if n > max_pages:
-        raise DocumentError(name, f"{n} pages, more than the limit of {max_pages}")
+        raise LimitExceeded(name, f"{n} pages, more than the limit of {max_pages}", code="too_many_pages")
 
 
-def _load_image(data: bytes, doc_id: str, path: Path | None, name: str, ocr: str, threads: int, max_pages: int) -> Document:
+def _load_image(data: bytes, doc_id: str, path: Path | None, name: str, ocr: str, threads: int, limits: dict) -> Document:
     try:
         im = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as e:  # Pillow's own limit, above ours
+        raise LimitExceeded(name, "image is too large", detail=str(e), code="too_many_pixels") from e
     except Exception as e:
-        raise DocumentError(name, f"not a readable image ({e})") from e
-    _check_pages(getattr(im, "n_frames", 1), max_pages, name)
-    engine = get_engine(ocr, threads)
+        raise DocumentError(name, "not a readable image", detail=str(e)) from e
+    _check_pages(getattr(im, "n_frames", 1), limits["max_pages"], name)
     words: list[Word] = []
     sizes: list[tuple[int, int]] = []
     for page, frame in enumerate(ImageSequence.Iterator(im)):
-        page_im = load_image(frame)
-        words += to_words(engine(page_im), page_im.size, page)
+        _check_cancel(limits["cancel"])
+        check_pixels(frame.size, limits["max_pixels"], name)  # this frame's header only: nothing decoded
+        page_im = load_image(frame, limits["max_pixels"])
+        words += to_words(get_engine(ocr, threads)(page_im), page_im.size, page)
         sizes.append(page_im.size)
+        _check_words(len(words), limits["max_words"], name)
     images = [str(path)] * len(sizes) if path else []
     return Document(id=doc_id, words=words, page_sizes=sizes, images=images)
 
 
-def _load_pdf(data: bytes, doc_id: str, name: str, ocr: str, threads: int, max_pages: int, dpi: int, pdf_text: bool) -> Document:
+def _load_pdf(data: bytes, doc_id: str, name: str, ocr: str, threads: int, dpi: int, pdf_text: bool,
+              limits: dict) -> Document:
     import pypdfium2 as pdfium
 
     try:
         pdf = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as e:
-        raise DocumentError(name, f"not a readable PDF ({e})") from e
+        raise DocumentError(name, "not a readable PDF", detail=str(e)) from e
     try:
-        _check_pages(len(pdf), max_pages, name)
+        _check_pages(len(pdf), limits["max_pages"], name)
         words: list[Word] = []
         sizes: list[tuple[int, int]] = []
         for i in range(len(pdf)):
+            _check_cancel(limits["cancel"])
             page = pdf[i]
             w_pt, h_pt = page.get_size()
-            scale = min(dpi / 72, MAX_RENDER_SIDE / max(w_pt, h_pt, 1))
+            scale = min(dpi / 72, MAX_RENDER_SIDE / max(w_pt, h_pt, 1))  # at most MAX_RENDER_SIDE² pixels
             sizes.append((max(1, round(w_pt * scale)), max(1, round(h_pt * scale))))
             page_words = pdf_text_words(page, i) if pdf_text else []
             if not page_words:
                 image = page.render(scale=scale).to_pil()
                 page_words = to_words(get_engine(ocr, threads)(image), image.size, i)
             words += page_words
+            _check_words(len(words), limits["max_words"], name)
         return Document(id=doc_id, words=words, page_sizes=sizes)
     finally:
         pdf.close()
@@ -261,21 +319,25 @@ def render_pdf_page(source: str | Path | bytes, page: int = 0, size: tuple[int, 
         pdf.close()
 
 
-def _load_textual(data: bytes, doc_id: str, path: Path | None, name: str, kind: str) -> Document:
+def _load_textual(data: bytes, doc_id: str, path: Path | None, name: str, kind: str, limits: dict) -> Document:
+    max_words = limits["max_words"]
     try:
         content = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise DocumentError(name, "unsupported file type (not a PDF, an image, JSON or UTF-8 text)") from None
+        raise DocumentError(name, "unsupported file type (not a PDF, an image, JSON or UTF-8 text)",
+                            code="unsupported_type") from None
     if "\x00" in content:
-        raise DocumentError(name, "unsupported binary file")
+        raise DocumentError(name, "unsupported binary file", code="unsupported_type")
     if kind == "json" or (content.lstrip().startswith("{") and _is_words_json(content)):
-        return _load_json_words(content, doc_id, name)
+        return _load_json_words(content, doc_id, name, max_words, limits["max_pages"])
     lines = [line for line in content.splitlines() if line.strip()]
     # a box file: its first line and nearly all others look like boxes (read_box_file reports the rest)
     if lines and _BOX_LINE.match(lines[0]) and sum(bool(_BOX_LINE.match(x)) for x in lines) >= 0.8 * len(lines):
+        _check_words(len(lines), max_words, name)
         return _load_box_file(content, doc_id, path)
     if not content.strip():
-        raise DocumentError(name, "file has no text")
+        raise DocumentError(name, "file has no text", code="empty_document")
+    _check_words(len(content.split()), max_words, name)
     return Document(id=doc_id, text=content)
 
 
@@ -319,38 +381,58 @@ def _is_words_json(content: str) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("words"), list)
 
 
-def _load_json_words(content: str, doc_id: str, name: str) -> Document:
+def _is_coordinate(v) -> bool:
+    """A finite number of sane size (JSON allows NaN, Infinity and 400-digit integers; booleans are not numbers)."""
+    return type(v) in (int, float) and abs(v) < 1e9  # NaN and ±Infinity compare False
+
+
+def _load_json_words(content: str, doc_id: str, name: str, max_words: int | None = None,
+                     max_pages: int | None = None) -> Document:
     try:
         obj = json.loads(content)
     except json.JSONDecodeError as e:
-        raise DocumentError(name, f"not valid JSON ({e.msg}, line {e.lineno})") from None
+        raise DocumentError(name, f"not valid JSON ({e.msg}, line {e.lineno})", code="invalid_words") from None
+    return words_document(obj, doc_id, name, max_words, max_pages)
+
+
+def words_document(obj, doc_id: str = "document", name: str = "<words>", max_words: int | None = None,
+                   max_pages: int | None = None) -> Document:
+    """A Document from parsed JSON words (the format in the module docstring; `doc_id` unless it
+    has an "id"); DocumentError naming `name` and the word at fault, LimitExceeded over a limit."""
     if not isinstance(obj, dict) or not isinstance(obj.get("words"), list):
-        raise DocumentError(name, 'expected a JSON object with a "words" list')
+        raise DocumentError(name, 'expected a JSON object with a "words" list', code="invalid_words")
+    _check_words(len(obj["words"]), max_words, name)
     sizes = obj.get("page_sizes")
     pixels = bool(sizes) and not obj.get("normalized", False)
     try:
         page_sizes = [(int(w), int(h)) for w, h in sizes] if sizes else []
-    except (TypeError, ValueError):
-        raise DocumentError(name, "page_sizes must be a list of [width, height]") from None
+    except (TypeError, ValueError, OverflowError):
+        raise DocumentError(name, "page_sizes must be a list of [width, height]", code="invalid_words") from None
     if any(w <= 0 or h <= 0 for w, h in page_sizes):
-        raise DocumentError(name, "page sizes must be positive")
+        raise DocumentError(name, "page sizes must be positive", code="invalid_words")
+    pages = max([len(page_sizes)] + [w.get("page", 0) + 1 for w in obj["words"]
+                                     if isinstance(w, dict) and type(w.get("page", 0)) is int])
+    if max_pages is not None and pages > max_pages:
+        raise LimitExceeded(name, f"{pages} pages, more than the limit of {max_pages}", code="too_many_pages")
     words = []
     for i, w in enumerate(obj["words"]):
         where = f"words[{i}]"
         if not isinstance(w, dict) or not isinstance(w.get("text"), str):
-            raise DocumentError(name, f'{where}: expected {{"text": str, "box": [...]}}')
+            raise DocumentError(name, f'{where}: expected {{"text": str, "box": [...]}}', code="invalid_words")
         box, page = w.get("box"), w.get("page", 0)
-        if not isinstance(box, list) or len(box) not in (4, 8) or not all(isinstance(v, (int, float)) for v in box):
-            raise DocumentError(name, f"{where}: box must be 4 numbers [x0, y0, x1, y1] or 8 corner coordinates")
-        if not isinstance(page, int) or page < 0 or (page_sizes and page >= len(page_sizes)):
-            raise DocumentError(name, f"{where}: page {page!r} is not a page of the document")
+        if not isinstance(box, list) or len(box) not in (4, 8) or not all(_is_coordinate(v) for v in box):
+            raise DocumentError(name, f"{where}: box must be 4 numbers [x0, y0, x1, y1] or 8 corner coordinates",
+                                code="invalid_words")
+        if type(page) is not int or page < 0 or (page_sizes and page >= len(page_sizes)):
+            raise DocumentError(name, f"{where}: page {page!r} is not a page of the document", code="invalid_words")
         if not w["text"].strip():
             continue
         if pixels:
             nbox = normalize_box(box, *page_sizes[page])
         else:
             if min(box) < 0 or max(box) > 1000:
-                raise DocumentError(name, f"{where}: box {box} is not 0-1000; give page_sizes for pixel boxes")
+                raise DocumentError(name, f"{where}: box {box} is not 0-1000; give page_sizes for pixel boxes",
+                                    code="invalid_words")
             nbox = normalize_box(box, 1000, 1000)
         words.append(Word(w["text"], nbox, page))
     return Document(id=str(obj.get("id", doc_id)), words=words, page_sizes=page_sizes)

@@ -16,8 +16,12 @@ created, and `get_engine` caches them, so a service pays the load once.
 - `Tesseract`: the `tesseract` binary (apt-get install tesseract-ocr tesseract-ocr-eng), run with
   `--psm 6` and OMP_THREAD_LIMIT=threads (unlimited OpenMP threads make it crawl on a busy machine).
 
-Errors: `OCRError` (a ValueError) for an image that cannot be read; `OCREngineError` (a RuntimeError)
-for an engine that is unknown, not installed or fails.
+Errors: `OCRError` (a ValueError) for an image that cannot be read or is larger than `max_pixels`
+(`ImageTooLarge`, checked from the image header before anything is decoded: Pillow's own bomb
+check only warns below 179 M pixels, and a 41 KB PNG can decode to 12000 x 12000); `OCREngineError`
+(a RuntimeError) for an engine that is unknown, not installed (`unavailable=True`) or fails.
+Each carries `reason` (what is wrong, for a client) and `detail` (the library's own message, for
+the log).
 """
 
 from __future__ import annotations
@@ -39,13 +43,38 @@ from pipkie.document import Word, normalize_box
 
 ImageInput = Union[Image.Image, str, Path, bytes]
 
+MAX_PIXELS = 40_000_000  # width x height of one page; a 40 M-pixel RGB page is 120 MB decoded
+
 
 class OCRError(ValueError):
-    """The image could not be read (missing, corrupt, unsupported, empty)."""
+    """The image could not be read (missing, corrupt, unsupported, empty, too large).
+
+    `reason`: what is wrong with the image, fit to show a client; `detail`: the decoder's message.
+    """
+
+    def __init__(self, message: str, reason: str | None = None, detail: str | None = None):
+        super().__init__(message)
+        self.reason, self.detail = reason or message, detail
+
+
+class ImageTooLarge(OCRError):
+    """The image has more pixels than allowed (known from its header, before decoding)."""
 
 
 class OCREngineError(RuntimeError):
-    """The OCR engine is unknown, not installed, or failed while running."""
+    """The OCR engine is unknown or not installed (`unavailable`), or failed while running."""
+
+    def __init__(self, message: str, unavailable: bool = True):
+        super().__init__(message)
+        self.unavailable = unavailable
+
+
+def check_pixels(size: tuple[int, int], max_pixels: int | None, name: str = "<image>") -> None:
+    """ImageTooLarge if a width x height `size` exceeds `max_pixels` (None: no limit)."""
+    width, height = size
+    if max_pixels is not None and width * height > max_pixels:
+        reason = f"image is {width}x{height} = {width * height:,} pixels, more than the limit of {max_pixels:,}"
+        raise ImageTooLarge(f"{name}: {reason}", reason)
 
 
 @dataclass(frozen=True)
@@ -67,8 +96,9 @@ class OCREngine(Protocol):
     def __call__(self, image: Image.Image) -> list[OCRWord]: ...
 
 
-def load_image(source: ImageInput) -> Image.Image:
-    """An RGB, EXIF-upright copy of an image given as a PIL image, a path or bytes; OCRError if unreadable."""
+def load_image(source: ImageInput, max_pixels: int | None = MAX_PIXELS) -> Image.Image:
+    """An RGB, EXIF-upright copy of an image given as a PIL image, a path or bytes; OCRError if
+    unreadable, ImageTooLarge (before decoding) if it has more than `max_pixels` pixels."""
     name = "<bytes>" if isinstance(source, bytes) else str(source)
     try:
         if isinstance(source, Image.Image):
@@ -77,18 +107,29 @@ def load_image(source: ImageInput) -> Image.Image:
             im = Image.open(io.BytesIO(source))
         else:
             im = Image.open(Path(source))
+        check_pixels(im.size, max_pixels, name)  # the header is read; nothing is decoded yet
         im.load()  # Pillow decodes lazily: truncated or corrupt data fails here
         im = ImageOps.exif_transpose(im) or im
         if im.mode in ("I", "I;16", "I;16B", "I;16L", "F"):  # 16-bit / float scans
             im = im.point(lambda v: v / 256).convert("L")
         im = im.convert("RGB")
     except FileNotFoundError:
-        raise OCRError(f"{name}: no such file") from None
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as e:
-        raise OCRError(f"{name}: cannot read image ({e})") from e
+        raise OCRError(f"{name}: no such file", "no such file") from None
+    except OCRError:
+        raise
+    except Image.DecompressionBombError as e:  # Pillow's own limit, when max_pixels is above it
+        raise ImageTooLarge(f"{name}: image is too large ({e})", "image is too large", str(e)) from e
+    except (OSError, ValueError, SyntaxError, EOFError) as e:
+        raise OCRError(f"{name}: cannot read image ({e})", "cannot read image", str(e)) from e
     if im.width < 2 or im.height < 2:
         raise OCRError(f"{name}: image is empty ({im.width}x{im.height})")
     return im
+
+
+def _engine_limit(image: ImageInput) -> int | None:
+    """An engine leaves the size policy to whoever decoded a PIL image (the loader); files and bytes
+    it opens itself get the default limit."""
+    return None if isinstance(image, Image.Image) else MAX_PIXELS
 
 
 def to_words(words: list[OCRWord], size: tuple[int, int], page: int = 0) -> list[Word]:
@@ -154,12 +195,12 @@ class RapidOCR:
             raise OCREngineError(f"cannot start rapidocr: {e}") from e
 
     def __call__(self, image: ImageInput) -> list[OCRWord]:
-        im = load_image(image)
+        im = load_image(image, _engine_limit(image))
         engine = self._engine()
         try:
             res = engine(im)
         except Exception as e:
-            raise OCREngineError(f"rapidocr failed: {e}") from e
+            raise OCREngineError(f"rapidocr failed: {e}", unavailable=False) from e
         if not getattr(res, "txts", None) or res.boxes is None:
             return []  # no text found
         return self._parse(res)
@@ -207,7 +248,7 @@ class Tesseract:
         self.threads, self.lang, self.psm, self.timeout = threads, lang, psm, timeout
 
     def __call__(self, image: ImageInput) -> list[OCRWord]:
-        im = load_image(image)
+        im = load_image(image, _engine_limit(image))
         buf = io.BytesIO()
         im.save(buf, "PNG")
         env = {**os.environ, "OMP_THREAD_LIMIT": str(self.threads)}
@@ -215,9 +256,9 @@ class Tesseract:
         try:
             proc = subprocess.run(cmd, input=buf.getvalue(), capture_output=True, env=env, timeout=self.timeout)
         except subprocess.TimeoutExpired as e:
-            raise OCREngineError(f"tesseract took over {self.timeout} s") from e
+            raise OCREngineError(f"tesseract took over {self.timeout} s", unavailable=False) from e
         if proc.returncode != 0:
-            raise OCREngineError(f"tesseract failed: {proc.stderr.decode(errors='replace').strip()}")
+            raise OCREngineError(f"tesseract failed: {proc.stderr.decode(errors='replace').strip()}", unavailable=False)
         return parse_tesseract_tsv(proc.stdout.decode("utf-8", errors="replace"))
 
 

@@ -1,0 +1,114 @@
+"""What the OpenAPI document (/docs, /openapi.json) says about the endpoints: response models, the
+two request bodies of POST /extract (multipart upload or JSON), and every error answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from pipkie.serve.parsing import DECODES, MAX_REFINE_STEPS
+
+
+class BoxOut(BaseModel):
+    page: int
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    text: str
+
+
+class FieldOut(BaseModel):
+    value: str | None
+    confidence: float
+    boxes: list[BoxOut]
+    grounding: str
+    truncated: bool = False
+
+
+class ExtractionOut(BaseModel):
+    document: str
+    fields: dict[str, FieldOut]
+    decode: str
+    seconds: float
+    truncated: bool
+    dropped_tokens: int = 0
+
+
+class ErrorOut(BaseModel):
+    code: str
+    detail: str
+    request_id: str
+
+
+class HealthOut(BaseModel):
+    status: str
+    model: str
+    keys: list[str]
+    decodes: list[str]
+    limits: dict[str, Any]
+    batching: dict[str, Any]
+
+
+_WORD = {
+    "type": "object", "required": ["text", "box"],
+    "properties": {
+        "text": {"type": "string"},
+        "box": {"type": "array", "items": {"type": "number"}, "minItems": 4, "maxItems": 8,
+                "description": "[x0, y0, x1, y1] or 8 corners; 0-1000 unless page_sizes is given"},
+        "page": {"type": "integer", "default": 0, "minimum": 0},
+    },
+}
+_KEYS = {"description": 'keys to extract: a list or "a,b,c" (default: the model\'s keys)',
+         "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]}
+REQUEST_BODY = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "file": {"type": "string", "format": "binary",
+                             "description": "image (PNG, JPEG, TIFF…), PDF, JSON words, SROIE box file or text"},
+                    "keys": {"type": "string", "description": "comma-separated keys, e.g. company,date,total"},
+                    "schema": {"type": "string", "description": "a flat JSON schema (instead of keys), as a string"},
+                    "decode": {"type": "string", "enum": list(DECODES), "default": "pip"},
+                    "refine_steps": {"type": "integer", "default": 0, "minimum": 0, "maximum": MAX_REFINE_STEPS},
+                },
+                "required": ["file"],
+            }
+        },
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "words": {"type": "array", "items": _WORD, "description": "OCR words (give words or text)"},
+                    "page_sizes": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}},
+                                   "description": "[[w, h], ...] pixels; without it boxes are 0-1000"},
+                    "normalized": {"type": "boolean", "default": False},
+                    "text": {"type": "string", "description": "plain text (give words or text)"},
+                    "keys": _KEYS,
+                    "schema": {"type": "object", "description": "flat JSON schema (instead of keys)"},
+                    "decode": {"type": "string", "enum": list(DECODES), "default": "pip"},
+                    "refine_steps": {"type": "integer", "default": 0, "minimum": 0, "maximum": MAX_REFINE_STEPS},
+                    "id": {"type": "string"},
+                },
+            },
+            "example": {"words": [{"text": "TOTAL", "box": [100, 800, 200, 820]},
+                                  {"text": "9.90", "box": [700, 800, 780, 820]}],
+                        "keys": ["total"], "decode": "pip"},
+        },
+    },
+}
+TIMEOUT_PARAMETER = {"name": "X-Request-Timeout", "in": "header", "required": False,
+                     "schema": {"type": "number", "exclusiveMinimum": 0},
+                     "description": "this request's deadline in seconds (default and maximum: GET /health limits)"}
+ERRORS = {code: {"model": ErrorOut, "description": text} for code, text in {
+    400: "malformed body",
+    413: "body, pages, pixels or words over the limit", 415: "unsupported content or file type",
+    422: "bad keys, schema, decode or document", 500: "internal error (quote the request id)",
+    503: "overloaded or shutting down (see Retry-After), or OCR unavailable",
+    504: "no answer within the deadline"}.items()}
+METRICS_RESPONSE = {200: {"description": "Prometheus text exposition format",
+                          "content": {"text/plain": {"schema": {"type": "string"}}}}}

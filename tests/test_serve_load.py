@@ -1,0 +1,272 @@
+"""Back-pressure, cancellation, graceful shutdown and /metrics (a stub-slowed tiny model).
+
+The model is made slow on purpose (`record_calls(delay=...)`), so the tests can fill its queue on a
+2-core machine; time bounds are the contract's own (a refusal within 1 s, an answer within its
+deadline) with margins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from pipkie.batching import Batcher, ShuttingDown
+from pipkie.document import Document
+from pipkie.schema import KeySchema
+from pipkie.serve import create_app, drain_on_signals
+from tests.test_extract import tiny_extractor, tiny_model_dir  # noqa: F401
+from tests.test_serve import error, record_calls
+
+
+async def timed_posts(app, payloads, headers=None, lifespan=True, gap=0.0):
+    """POST every payload concurrently (`gap` s apart); (response, seconds) each. `lifespan` runs
+    the app's startup (the warm-up call that measures the model) and shutdown around them."""
+    async def one(c, p, delay):
+        await asyncio.sleep(delay)
+        t0 = time.perf_counter()
+        r = await c.post("/extract", json=p, headers=headers)
+        return r, time.perf_counter() - t0
+
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+            return await asyncio.gather(*(one(c, p, i * gap) for i, p in enumerate(payloads)))
+
+    if not lifespan:
+        return await go()
+    async with app.router.lifespan_context(app):
+        return await go()
+
+
+def metric(text: str, name: str, **labels) -> float:
+    """The value of one sample of a Prometheus text exposition (KeyError if absent)."""
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def texts_run(calls) -> list[str]:
+    return [t for texts, _ in calls for t in texts]
+
+
+def test_overload_is_refused_at_once_and_the_rest_meet_their_deadline(tiny_extractor, monkeypatch):
+    record_calls(monkeypatch, tiny_extractor, delay=0.3)
+    app = create_app(tiny_extractor, max_batch=1, max_wait_ms=0)
+    payloads = [{"text": f"Total {i}.00"} for i in range(10)]
+    results = asyncio.run(timed_posts(app, payloads, headers={"X-Request-Timeout": "1.5"}))
+    served = [s for r, s in results if r.status_code == 200]
+    refused = [(r, s) for r, s in results if r.status_code == 503]
+    assert len(served) + len(refused) == 10  # nothing else: no 504, no 500
+    assert served and refused
+    assert all(s < 1.5 + 0.5 for s in served)  # within the deadline (plus scheduling slack)
+    for r, s in refused:
+        error(r, 503, "overloaded", "busy")
+        assert s < 1.0 and int(r.headers["retry-after"]) >= 1
+
+
+def test_the_queue_is_bounded(tiny_extractor, monkeypatch):
+    record_calls(monkeypatch, tiny_extractor, delay=0.5)
+    app = create_app(tiny_extractor, max_batch=1, max_queue=2, warmup=False)
+    results = asyncio.run(timed_posts(app, [{"text": f"Total {i}.00"} for i in range(4)], gap=0.02,
+                                      headers={"X-Request-Timeout": "30"}))
+    assert sorted(r.status_code for r, _ in results) == [200, 200, 503, 503]
+    for r, s in results:
+        if r.status_code == 503:
+            error(r, 503, "overloaded", "2 requests are already in progress")
+            assert s < 1.0
+
+
+def test_a_request_past_its_deadline_is_never_run(tiny_extractor, monkeypatch):
+    calls = record_calls(monkeypatch, tiny_extractor, delay=0.6)
+    app = create_app(tiny_extractor, max_batch=1, warmup=False)  # nothing measured: everything is admitted
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
+            first = asyncio.create_task(c.post("/extract", json={"text": "first"}))
+            await asyncio.sleep(0.1)
+            late = await c.post("/extract", json={"text": "late"}, headers={"X-Request-Timeout": "0.2"})
+            await first
+            await asyncio.sleep(0.8)  # the worker has moved on past the late job
+            return late
+
+    late = asyncio.run(scenario())
+    error(late, 504, "timeout", "0.2 s")
+    assert texts_run(calls) == ["first"]
+
+
+def test_a_withdrawn_load_never_starts(tiny_extractor, monkeypatch):
+    import pipkie.serve.parsing as parsing
+
+    started = []
+    real = parsing.words_document
+
+    def slow_words(obj, *a, **kw):
+        if obj["words"]:  # not the cheap page_sizes check made while parsing
+            started.append(obj["id"])
+            time.sleep(0.5 if obj["id"] == "slow" else 0)
+        return real(obj, *a, **kw)
+
+    monkeypatch.setattr(parsing, "words_document", slow_words)
+    app = create_app(tiny_extractor, load_workers=1, warmup=False)
+    words = [{"text": "TOTAL", "box": [1, 1, 9, 9]}]
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
+            slow = asyncio.create_task(c.post("/extract", json={"id": "slow", "words": words}))
+            await asyncio.sleep(0.1)
+            withdrawn = await c.post("/extract", json={"id": "b", "words": words}, headers={"X-Request-Timeout": "0.2"})
+            slow = await slow
+            await asyncio.sleep(0.3)
+            return slow, withdrawn
+
+    slow, withdrawn = asyncio.run(scenario())
+    assert slow.status_code == 200
+    error(withdrawn, 504, "timeout")
+    assert started == ["slow"]  # the withdrawn load was cancelled in the pool's queue
+
+
+def test_a_client_that_leaves_withdraws_its_work(tiny_extractor, monkeypatch):
+    calls = record_calls(monkeypatch, tiny_extractor, delay=0.5)
+    app = create_app(tiny_extractor, max_batch=1, warmup=False)
+    body = b'{"text": "abandoned"}'
+
+    async def leaving_client():
+        """Sends its body, then hangs up 0.2 s later (receive() answers http.disconnect)."""
+        sent, messages = False, []
+
+        async def receive():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(0.2)
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            messages.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/extract", "raw_path": b"/extract", "root_path": "", "query_string": b"",
+                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                 "client": ("127.0.0.1", 1), "server": ("test", 80)}
+        await app(scope, receive, send)
+        return messages
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
+            busy = asyncio.create_task(c.post("/extract", json={"text": "busy"}))
+            await asyncio.sleep(0.1)
+            messages = await leaving_client()
+            await busy
+            await asyncio.sleep(0.7)
+            return messages, (await c.get("/metrics")).text
+
+    messages, metrics = asyncio.run(scenario())
+    assert messages[0]["status"] == 499
+    assert texts_run(calls) == ["busy"]  # the abandoned document never reached the model
+    assert metric(metrics, "pipkie_rejections_total", reason="client_closed_request") == 1
+
+
+def test_metrics_in_prometheus_format(tiny_extractor):
+    with TestClient(create_app(tiny_extractor, max_words=5)) as c:
+        for _ in range(3):
+            assert c.post("/extract", json={"text": "Total 9.90"}).status_code == 200
+        assert c.post("/extract", json={"text": "a b c d e f"}).status_code == 413
+        assert c.get("/nowhere").status_code == 404
+        res = c.get("/metrics")
+    assert res.status_code == 200 and res.headers["content-type"].startswith("text/plain")
+    m = lambda name, **labels: metric(res.text, name, **labels)  # noqa: E731
+    assert m("pipkie_responses_total", code="ok", status="200") == 3
+    assert m("pipkie_responses_total", code="too_many_words", status="413") == 1
+    assert m("pipkie_rejections_total", reason="too_many_words") == 1
+    assert m("pipkie_responses_total", code="not_found", status="404") == 1
+    assert m("pipkie_batch_size_count") == 3  # the warm-up call is not a batch
+    assert m("pipkie_request_seconds_count", status="200") == 3
+    assert m("pipkie_request_seconds_count", status="413") == 1
+    assert m("pipkie_queue_depth") == 0 and m("pipkie_estimated_wait_seconds") > 0  # measured by the warm-up
+    assert m("process_resident_memory_bytes") > 0
+
+
+def test_stopping_the_batcher_answers_every_queued_job():
+    async def scenario():
+        gate = threading.Event()
+
+        class Stuck:
+            def extract_many(self, docs, **kw):
+                gate.wait(5)
+                return [None] * len(docs)
+
+        b = Batcher(lambda: Stuck(), max_batch=1, max_wait_ms=0)
+        schema = KeySchema.parse(["total"])
+        futures = [b.submit(Document(str(i), text="x"), schema, "pip", 0) for i in range(3)]
+        await asyncio.sleep(0.1)  # the first is running, two are queued
+        await b.stop()
+        gate.set()
+        with pytest.raises(ShuttingDown):
+            b.submit(Document("late", text="x"), schema, "pip", 0)
+        return [f.exception() if f.done() and not f.cancelled() else "not answered" for f in futures]
+
+    outcomes = asyncio.run(scenario())
+    assert all(isinstance(o, ShuttingDown) for o in outcomes), outcomes
+
+
+def test_sigterm_finishes_or_rejects_every_request(tiny_extractor, monkeypatch):
+    """A real uvicorn server, SIGTERM while requests are queued: each gets 200 or 503 shutting_down.
+
+    The server runs in a thread (uvicorn installs no signal handlers there), so this test installs
+    what uvicorn installs in the main thread (its handle_exit) and the app's drain chained before it.
+    """
+    record_calls(monkeypatch, tiny_extractor, delay=0.4)
+    app = create_app(tiny_extractor, max_batch=1, warmup=False)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", timeout_graceful_shutdown=10)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if server.started:
+            break
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    original = signal.signal(signal.SIGTERM, server.handle_exit)
+    restore = drain_on_signals(app.state.service, grace_s=1.0)
+    results: list = []
+
+    def client(i):
+        try:
+            results.append(httpx.post(f"http://127.0.0.1:{port}/extract", json={"text": f"Total {i}"},
+                                      headers={"X-Request-Timeout": "30"}, timeout=30))
+        except httpx.HTTPError as e:
+            results.append(e)
+
+    clients = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+    try:
+        for t in clients:
+            t.start()
+        time.sleep(0.3)  # the model is busy, the others are queued
+        signal.raise_signal(signal.SIGTERM)
+        for t in clients:
+            t.join(30)
+        thread.join(30)
+    finally:
+        restore()
+        signal.signal(signal.SIGTERM, original)
+    assert not thread.is_alive() and len(results) == 6
+    assert all(isinstance(r, httpx.Response) for r in results), results  # nothing dropped
+    statuses = sorted(r.status_code for r in results)
+    assert statuses[0] == 200 and statuses[-1] == 503  # the running ones finished, the rest were told
+    for r in results:
+        if r.status_code == 503:
+            error(r, 503, "shutting_down")
+        else:
+            assert r.status_code == 200
