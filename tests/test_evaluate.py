@@ -183,10 +183,11 @@ def test_ocr_replaces_the_datasets_words_and_is_cached(models, shared_data, tmp_
     assert any("not resuming" in m and "ocr" in m for m in log)
 
 
-def test_a_folder_ocrd_by_pipkie_ocr_serves_as_the_cache(models, shared_data, tmp_path, fake_ocr, decoded):
+@pytest.mark.parametrize("folder", ["", "image_files"])
+def test_a_folder_ocrd_by_pipkie_ocr_serves_as_the_cache(models, shared_data, tmp_path, fake_ocr, decoded, folder):
     from pipkie.ocr_folder import ocr_folder
 
-    ocr_folder(shared_data / WILD, tmp_path / "words", progress=False)  # what `pipkie ocr DIR --out words` does
+    ocr_folder(shared_data / WILD / folder, tmp_path / "words", progress=False)  # `pipkie ocr DIR --out words`
     assert len(fake_ocr) == 100
     ev.evaluate(dataset="wildreceipt", data_dir=str(shared_data / WILD), split="dev", model_path=str(models["a"]),
                 limit=3, ocr="rapidocr", ocr_cache=str(tmp_path / "words"), log=lambda m: None)

@@ -8,8 +8,10 @@ images), and the gold value of each requested key (through a key map).
   `pipkie.ocr_folder.ocr_folder`, which writes one JSON-words file per image, and the words of
   those files replace the dataset's (gold values stay the dataset's). The cache mirrors the image
   paths under the data directory, `{cache}/{path relative to data_dir}.json`, the layout `pipkie ocr
-  DATA_DIR --out CACHE` writes, so a folder OCR'd that way is reused as it is, and a re-run OCRs
-  nothing. An image the engine cannot read leaves its document without words (a warning says which).
+  DATA_DIR --out CACHE` writes (or `pipkie ocr DATA_DIR/SUBFOLDER`: paths relative to a folder
+  inside the data directory are found too), so a folder OCR'd that way is reused as it is, and a
+  re-run OCRs nothing. An image the engine cannot read leaves its document without words (a
+  warning says which).
 """
 
 from __future__ import annotations
@@ -60,12 +62,13 @@ def gold_warnings(docs: list[Document], keys: list[str], key_map: dict[str, str]
 
 
 def _cached_words(image: Path, data_dir: Path, cache: Path, engine: str, threads: int) -> dict | None:
-    """The JSON-words record of one image, OCR'd into the cache first if it is not there."""
-    try:
-        rel_root = data_dir if image.resolve().is_relative_to(data_dir.resolve()) else image.parent
-    except OSError:
-        rel_root = image.parent
-    target = output_path(image.resolve(), rel_root.resolve(), cache)
+    """The JSON-words record of one image, OCR'd into the cache first if it is not there. The cache
+    may mirror the data directory or any folder inside it (`pipkie ocr DATA_DIR/image_files`)."""
+    image, data_dir = image.resolve(), data_dir.resolve()
+    root = data_dir if image.is_relative_to(data_dir) else image.parent
+    roots = [root, *[p for p in image.parents if p.is_relative_to(root) and p != root][::-1]]
+    found = [t for t in (output_path(image, r, cache) for r in roots) if t.exists()]
+    target = found[0] if found else output_path(image, root, cache)
     if not target.exists():
         ocr_folder(image, target.parent, engine=engine, threads=threads, progress=False)
     if not target.exists():  # the engine could not read it (ocr_folder logged why in errors.jsonl)

@@ -89,6 +89,13 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
              batch_size: int = 4, threads: int = 1, refine_steps: int = 0, ocr: str | None = None,
              ocr_cache: str | None = None, json_path: str | None = None, fresh: bool = False,
              reliability: str | None = None, log: Callable[[str], None] = print) -> dict:
+    """Decode `split` of `dataset` with the model and score it; the summary described above.
+
+    keys: names, "a,b", a KeySchema or a schema file (default: the model's keys, else the gold
+    keys); key_map: {requested key: gold key} or "a=x,b=y"; ocr: an OCR engine to read the images
+    with instead of the dataset's words (its words cached in `ocr_cache`, default `ocr-cache/`
+    beside `json_path`); json_path: where the summary goes, its predictions file beside it;
+    reliability: a PNG path for the reliability diagram. `log` gets the progress messages."""
     decode = decoder_name(decode)
     key_map = parse_key_map(key_map)
     ocr = None if ocr in (None, "", "none", "dataset") else ocr
