@@ -72,6 +72,17 @@ def test_overload_is_refused_at_once_and_the_rest_meet_their_deadline(tiny_extra
         assert s < 1.0 and int(r.headers["retry-after"]) >= 1
 
 
+def test_a_deadline_no_idle_service_could_meet_is_the_clients(tiny_extractor, monkeypatch):
+    record_calls(monkeypatch, tiny_extractor, delay=0.5)
+    app = create_app(tiny_extractor, min_request_timeout_s=0.1)
+    (res, seconds), = asyncio.run(timed_posts(app, [{"text": "Total 1.00"}], headers={"X-Request-Timeout": "0.2"}))
+    error(res, 422, "deadline_too_short", "idle", "X-Request-Timeout")
+    assert seconds < 0.5
+    with TestClient(create_app(tiny_extractor)) as c:  # below the least deadline a client may ask for
+        error(c.post("/extract", json={"text": "x"}, headers={"X-Request-Timeout": "0.5"}), 422, "invalid_request",
+              "from 1 to 300")
+
+
 def test_the_queue_is_bounded(tiny_extractor, monkeypatch):
     record_calls(monkeypatch, tiny_extractor, delay=0.5)
     app = create_app(tiny_extractor, max_batch=1, max_queue=2, warmup=False)
@@ -86,7 +97,7 @@ def test_the_queue_is_bounded(tiny_extractor, monkeypatch):
 
 def test_a_request_past_its_deadline_is_never_run(tiny_extractor, monkeypatch):
     calls = record_calls(monkeypatch, tiny_extractor, delay=0.6)
-    app = create_app(tiny_extractor, max_batch=1, warmup=False)  # nothing measured: everything is admitted
+    app = create_app(tiny_extractor, max_batch=1, warmup=False, min_request_timeout_s=0.1)  # nothing measured
 
     async def scenario():
         transport = httpx.ASGITransport(app=app)
@@ -116,7 +127,7 @@ def test_a_withdrawn_load_never_starts(tiny_extractor, monkeypatch):
         return real(obj, *a, **kw)
 
     monkeypatch.setattr(parsing, "words_document", slow_words)
-    app = create_app(tiny_extractor, load_workers=1, warmup=False)
+    app = create_app(tiny_extractor, load_workers=1, warmup=False, min_request_timeout_s=0.1)
     words = [{"text": "TOTAL", "box": [1, 1, 9, 9]}]
 
     async def scenario():

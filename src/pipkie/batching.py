@@ -93,6 +93,11 @@ class Batcher:
         """Jobs waiting for the model whose requests still want them."""
         return sum(1 for j in self._queue if not j.future.done())
 
+    @property
+    def busy(self) -> bool:
+        """A model call is running or a job is waiting."""
+        return bool(self._running[0]) or self.queued > 0
+
     def estimated_wait(self, coming: int = 0) -> float:
         """Seconds until a job submitted now would be answered, behind `coming` more jobs on their
         way (documents still loading); 0 before anything was measured."""

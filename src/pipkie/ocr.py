@@ -99,7 +99,7 @@ class OCREngine(Protocol):
 def load_image(source: ImageInput, max_pixels: int | None = MAX_PIXELS) -> Image.Image:
     """An RGB, EXIF-upright copy of an image given as a PIL image, a path or bytes; OCRError if
     unreadable, ImageTooLarge (before decoding) if it has more than `max_pixels` pixels."""
-    name = "<bytes>" if isinstance(source, bytes) else str(source)
+    name = "<bytes>" if isinstance(source, bytes) else "<image>" if isinstance(source, Image.Image) else str(source)
     try:
         if isinstance(source, Image.Image):
             im = source
@@ -122,7 +122,8 @@ def load_image(source: ImageInput, max_pixels: int | None = MAX_PIXELS) -> Image
     except (OSError, ValueError, SyntaxError, EOFError) as e:
         raise OCRError(f"{name}: cannot read image ({e})", "cannot read image", str(e)) from e
     if im.width < 2 or im.height < 2:
-        raise OCRError(f"{name}: image is empty ({im.width}x{im.height})")
+        reason = f"image is empty ({im.width}x{im.height})"
+        raise OCRError(f"{name}: {reason}", reason)
     return im
 
 

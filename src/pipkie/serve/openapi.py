@@ -51,48 +51,63 @@ class HealthOut(BaseModel):
     batching: dict[str, Any]
 
 
+_KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]{0,63}$"
 _WORD = {
-    "type": "object", "required": ["text", "box"],
+    "type": "object", "required": ["text", "box"], "additionalProperties": False,
     "properties": {
         "text": {"type": "string"},
-        "box": {"type": "array", "items": {"type": "number"}, "minItems": 4, "maxItems": 8,
-                "description": "[x0, y0, x1, y1] or 8 corners; 0-1000 unless page_sizes is given"},
+        "box": {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1000},
+                "anyOf": [{"minItems": 4, "maxItems": 4}, {"minItems": 8, "maxItems": 8}],
+                "description": "[x0, y0, x1, y1] or 8 corners; 0-1000, or pixels with page_sizes"},
         "page": {"type": "integer", "default": 0, "minimum": 0},
     },
 }
-_KEYS = {"description": 'keys to extract: a list or "a,b,c" (default: the model\'s keys)',
-         "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]}
+_KEYS = {"description": 'keys to extract: a list or "a,b,c" (default: the model\'s keys; at most max_keys)',
+         "anyOf": [{"type": "array", "items": {"type": "string", "pattern": _KEY}, "minItems": 1, "maxItems": 64,
+                    "uniqueItems": True},
+                   {"type": "string", "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]*(,[A-Za-z0-9_][A-Za-z0-9_.\- ]*)*$"}]}
+_SCHEMA = {"type": "object", "description": "a flat JSON schema (instead of keys): string properties",
+           "required": ["properties"],
+           "properties": {"properties": {"type": "object", "additionalProperties": {
+               "type": "object", "properties": {"type": {"type": "string", "enum": ["string"]},
+                                                "description": {"type": "string", "maxLength": 200},
+                                                "maxLength": {"type": "integer", "minimum": 1, "maximum": 1024}}}}}}
+_DECODE = {"type": "string", "enum": list(DECODES), "default": "pip"}
+_STEPS = {"type": "integer", "default": 0, "minimum": 0, "maximum": MAX_REFINE_STEPS}
 REQUEST_BODY = {
     "required": True,
     "content": {
         "multipart/form-data": {
             "schema": {
-                "type": "object",
+                "type": "object", "additionalProperties": False, "not": {"required": ["keys", "schema"]},
                 "properties": {
                     "file": {"type": "string", "format": "binary",
                              "description": "image (PNG, JPEG, TIFF…), PDF, JSON words, SROIE box file or text"},
-                    "keys": {"type": "string", "description": "comma-separated keys, e.g. company,date,total"},
+                    "keys": {**_KEYS["anyOf"][1], "description": "comma-separated keys, e.g. company,date,total"},
                     "schema": {"type": "string", "description": "a flat JSON schema (instead of keys), as a string"},
-                    "decode": {"type": "string", "enum": list(DECODES), "default": "pip"},
-                    "refine_steps": {"type": "integer", "default": 0, "minimum": 0, "maximum": MAX_REFINE_STEPS},
+                    "decode": _DECODE,
+                    "refine_steps": _STEPS,
                 },
                 "required": ["file"],
             }
         },
         "application/json": {
             "schema": {
-                "type": "object",
+                "type": "object", "additionalProperties": False,
+                "oneOf": [{"required": ["words"]}, {"required": ["text"]}], "not": {"required": ["keys", "schema"]},
                 "properties": {
-                    "words": {"type": "array", "items": _WORD, "description": "OCR words (give words or text)"},
-                    "page_sizes": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}},
+                    "words": {"type": "array", "items": _WORD, "minItems": 1,
+                              "description": "OCR words (give words or text; at most max_words)"},
+                    "page_sizes": {"type": "array", "items": {"type": "array", "items": {"type": "integer", "minimum": 1},
+                                                              "minItems": 2, "maxItems": 2},
                                    "description": "[[w, h], ...] pixels; without it boxes are 0-1000"},
                     "normalized": {"type": "boolean", "default": False},
-                    "text": {"type": "string", "description": "plain text (give words or text)"},
+                    "text": {"type": "string", "pattern": r"\S", "description": "plain text (give words or text)"},
                     "keys": _KEYS,
-                    "schema": {"type": "object", "description": "flat JSON schema (instead of keys)"},
-                    "decode": {"type": "string", "enum": list(DECODES), "default": "pip"},
-                    "refine_steps": {"type": "integer", "default": 0, "minimum": 0, "maximum": MAX_REFINE_STEPS},
-                    "id": {"type": "string"},
+                    "schema": _SCHEMA,
+                    "decode": _DECODE,
+                    "refine_steps": _STEPS,
+                    "id": {"type": "string", "maxLength": 200},
                 },
             },
             "example": {"words": [{"text": "TOTAL", "box": [100, 800, 200, 820]},
@@ -102,8 +117,9 @@ REQUEST_BODY = {
     },
 }
 TIMEOUT_PARAMETER = {"name": "X-Request-Timeout", "in": "header", "required": False,
-                     "schema": {"type": "number", "exclusiveMinimum": 0},
-                     "description": "this request's deadline in seconds (default and maximum: GET /health limits)"}
+                     "schema": {"type": "number", "minimum": 1, "maximum": 300},
+                     "description": "this request's deadline in seconds (default, least and most: GET /health "
+                                    "limits request_timeout_s, min_request_timeout_s, max_request_timeout_s)"}
 ERRORS = {code: {"model": ErrorOut, "description": text} for code, text in {
     400: "malformed body",
     413: "body, pages, pixels or words over the limit", 415: "unsupported content or file type",

@@ -54,8 +54,8 @@ def invalid(detail: str, code: str = "invalid_request") -> ApiError:
 
 
 def request_timeout(request: Request, settings: ServeSettings) -> float:
-    """The request's deadline in seconds: X-Request-Timeout if given (at most max_request_timeout_s),
-    else request_timeout_s."""
+    """The request's deadline in seconds: X-Request-Timeout if given (between min_request_timeout_s
+    and max_request_timeout_s), else request_timeout_s."""
     raw = request.headers.get(TIMEOUT_HEADER)
     if raw is None:
         return settings.request_timeout_s
@@ -63,8 +63,9 @@ def request_timeout(request: Request, settings: ServeSettings) -> float:
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not 0 < value <= settings.max_request_timeout_s:  # NaN fails too
-        raise invalid(f"X-Request-Timeout must be a number of seconds in (0, {settings.max_request_timeout_s:g}]")
+    low, high = settings.min_request_timeout_s, settings.max_request_timeout_s
+    if not low <= value <= high:  # NaN fails too
+        raise invalid(f"X-Request-Timeout must be a number of seconds from {low:g} to {high:g}")
     return value
 
 
@@ -177,6 +178,8 @@ def parse_decode(decode: Any, refine_steps: Any) -> tuple[str, int]:
         raise invalid(f"decode must be one of {', '.join(DECODES)}")
     if refine_steps in (None, ""):
         return decode, 0
+    if isinstance(refine_steps, float) and refine_steps.is_integer():  # JSON's 2.0 is an integer
+        refine_steps = int(refine_steps)
     if isinstance(refine_steps, bool) or not isinstance(refine_steps, (int, str)):
         raise invalid("refine_steps must be an integer")
     try:

@@ -198,6 +198,11 @@ class Service:
         if parsed.decode == "pip" and getattr(self.get_extractor().settings, "objective", "pip") == "ar":
             raise ApiError(422, "decode_unavailable", "this model is an AR model: ask for decode ar or ar-forced")
         wait, remaining = self.estimate(parsed.kind), deadline - loop.time()
+        alone = (self.load_seconds[parsed.kind].value or 0.0) + (self.batcher.seconds_per_doc.value or 0.0)
+        if alone > remaining:  # not even an idle service could: the deadline is the problem, not the load
+            raise ApiError(422, "deadline_too_short", f"this request needs about {alone:.1f} s even on an idle "
+                           f"service, more than its deadline allows ({remaining:.1f} s left): send a longer "
+                           "X-Request-Timeout")
         if wait > remaining:
             raise self._overloaded(wait, remaining, f"estimated {wait:.1f} s, the deadline is in {remaining:.1f} s")
         cancel = threading.Event()
@@ -206,7 +211,7 @@ class Service:
         finally:
             cancel.set()  # a load still running stops at its next page
         wait, remaining = self.batcher.estimated_wait(), deadline - loop.time()
-        if wait > remaining:
+        if self.batcher.busy and wait > remaining:  # idle: it gets its chance (504 if the deadline passes)
             raise self._overloaded(wait, remaining, "the model's queue outgrew the deadline while the document loaded")
         try:
             future = self.batcher.submit(doc, parsed.schema, parsed.decode, parsed.refine_steps, deadline)

@@ -42,6 +42,7 @@ class ServeSettings(BaseModel):
     max_keys: int = Field(32, ge=1, le=64, description="most keys asked for at once (422)")
     # time and back-pressure
     request_timeout_s: float = Field(15, gt=0, description="a request's deadline unless it sends X-Request-Timeout")
+    min_request_timeout_s: float = Field(1, gt=0, description="the shortest deadline X-Request-Timeout may ask")
     max_request_timeout_s: float = Field(300, gt=0, description="the longest deadline X-Request-Timeout may ask")
     max_queue: int = Field(32, ge=1, description="most requests admitted at once, loading or queued (503 beyond)")
     ocr_seconds: float = Field(4.0, gt=0, description="estimated seconds to load+OCR an image, until measured")
