@@ -36,7 +36,7 @@ from pipkie.ocr import OCRWord
 from pipkie.schema import Key, KeySchema
 from pipkie.serve import ServeSettings
 from pipkie.serve.errors import ApiError
-from pipkie.serve.parsing import JSON_FIELDS, parse_extract, parse_keys
+from pipkie.serve.parsing import JSON_FIELDS, parse_extract, parse_keys, replay
 from pipkie.template import DocumentTooLong, TemplateBuilder
 from tests.test_loaders import make_text_pdf
 
@@ -255,18 +255,9 @@ SETTINGS = ServeSettings(max_pages=4, max_words=300, max_keys=8, max_upload_mb=0
 def request(body: bytes, content_type: str):
     from starlette.requests import Request
 
-    sent = False
-
-    async def receive():
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
     scope = {"type": "http", "method": "POST", "path": "/extract", "query_string": b"", "state": {},
              "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]}
-    return Request(scope, receive)
+    return Request(scope, replay(body))
 
 
 def parse_and_load(body: bytes, content_type: str):

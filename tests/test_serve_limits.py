@@ -15,10 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-import pipkie.loaders as loaders
 from pipkie.serve import create_app
 from tests.test_extract import tiny_extractor, tiny_model_dir  # noqa: F401
-from tests.test_loaders import make_text_pdf
+from tests.test_loaders import make_text_pdf, no_ocr  # noqa: F401
 from tests.test_serve import WORDS, error, ok
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "load_test.py"
@@ -30,14 +29,6 @@ def load_test():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture
-def no_ocr(monkeypatch):
-    def fail(*a, **k):
-        raise AssertionError("OCR should not run")
-
-    monkeypatch.setattr(loaders, "get_engine", fail)
 
 
 @pytest.fixture

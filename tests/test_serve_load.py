@@ -7,6 +7,7 @@ deadline) with margins.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import signal
 import threading
@@ -24,6 +25,7 @@ from pipkie.schema import KeySchema
 from pipkie.serve import create_app, drain_on_signals
 from tests.test_extract import tiny_extractor, tiny_model_dir  # noqa: F401
 from tests.test_serve import error, record_calls
+from tests.test_serve_limits import load_test  # noqa: F401
 
 
 async def timed_posts(app, payloads, headers=None, lifespan=True, gap=0.0):
@@ -232,6 +234,47 @@ def test_stopping_the_batcher_answers_every_queued_job():
     assert all(isinstance(o, ShuttingDown) for o in outcomes), outcomes
 
 
+def serve_in_thread(app):
+    """A real uvicorn server on a free port, in a daemon thread: (server, thread, port)."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", timeout_graceful_shutdown=10)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(400):
+        if server.started:
+            break
+        time.sleep(0.05)
+    return server, thread, server.servers[0].sockets[0].getsockname()[1]
+
+
+def test_the_load_script_checks_the_contract(tiny_extractor, monkeypatch, load_test):
+    """scripts/load_test.py against a real server: every request a success within its deadline
+    or a 503 within 1 s, and the summary counts them so."""
+    record_calls(monkeypatch, tiny_extractor, delay=0.4)
+    app = create_app(tiny_extractor, max_batch=1, max_wait_ms=0, request_timeout_s=1.0)
+    server, thread, port = serve_in_thread(app)
+    args = argparse.Namespace(documents=4, payload="words", keys=None, clients=6, requests=3, request_timeout=1.0,
+                              deadline=60, honour_retry_after=False)
+    try:
+        summary = asyncio.run(load_test.run_load(f"http://127.0.0.1:{port}", args))
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    assert summary["requests"] == 18 == summary["succeeded"] + summary["rejected_503"]
+    assert summary["succeeded"] > 0 and summary["rejected_503"] > 0
+    assert summary["violations"] == {"success_after_deadline": 0, "rejection_after_1s": 0, "other_failures": 0}
+    assert summary["latency_ms"]["p99"] <= 1000 and summary["rejection_latency_ms"]["max"] <= 1000
+
+
+def test_the_load_summary_counts_violations(load_test):
+    results = [(200, 0.5, None), (200, 2.5, None), (503, 0.01, "busy"), (503, 1.5, "busy"), ("ReadTimeout", 9.0, "t")]
+    summary = load_test.summarize(results, total=6, wall=10.0, deadline_s=2.0)
+    assert (summary["succeeded"], summary["rejected_503"]) == (2, 2)
+    assert summary["failures"] == {"ReadTimeout": 1, "unfinished (deadline)": 1}
+    assert summary["violations"] == {"success_after_deadline": 1, "rejection_after_1s": 1, "other_failures": 2}
+    assert summary["goodput_per_s"] == 0.2 and summary["latency_ms"]["max"] == 2500.0
+
+
 def test_sigterm_finishes_or_rejects_every_request(tiny_extractor, monkeypatch):
     """A real uvicorn server, SIGTERM while requests are queued: each gets 200 or 503 shutting_down.
 
@@ -240,15 +283,7 @@ def test_sigterm_finishes_or_rejects_every_request(tiny_extractor, monkeypatch):
     """
     record_calls(monkeypatch, tiny_extractor, delay=0.4)
     app = create_app(tiny_extractor, max_batch=1, warmup=False)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", timeout_graceful_shutdown=10)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if server.started:
-            break
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    server, thread, port = serve_in_thread(app)
     original = signal.signal(signal.SIGTERM, server.handle_exit)
     restore = drain_on_signals(app.state.service, grace_s=1.0)
     results: list = []

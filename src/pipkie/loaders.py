@@ -11,8 +11,8 @@ from its name or content type, then from its content:
 - images: every page (all frames of a multi-page TIFF) is OCR'd. `images[i]` is the file of page i
   (the same TIFF for all its frames); `page_sizes` are the pixel sizes (EXIF-upright).
 - PDF (pypdfium2): a page with a text layer gives its words and char boxes directly (no OCR; boxes
-  follow the page's /Rotate); a page without one is rendered at `dpi` (200) and OCR'd. `page_sizes` are pixels at `dpi`
-  for every page, so they match `render_pdf_page`.
+  follow the page's /Rotate); a page without one is rendered at `dpi` (200) and OCR'd.
+  `page_sizes` are pixels at `dpi` for every page, so they match `render_pdf_page`.
 - SROIE box files (`x1,y1,...,x4,y4,text` on the first line and on 80 % of the lines): the words,
   in pixels of the receipt image. The page size comes from `../images.jsonl` or `../img/{id}.jpg`
   beside a `box/` folder when there is one (then `images` names that image), else from the boxes'
@@ -25,14 +25,12 @@ from its name or content type, then from its content:
   given (as in `Document.to_dict()` output).
 - anything else that decodes as UTF-8 text: `Document(text=...)`.
 
-Every failure on the input (corrupt, unsupported, empty) raises `DocumentError`, a `ValueError`
-that names the file, with a stable `code`, a `reason` fit to show a client and the decoder's own
-`detail` (for logs). A document over a limit raises its subclass `LimitExceeded`: more than
-`max_pages` pages (PDF pages, TIFF/GIF frames), a page over `max_pixels` (read from the image
-header, before anything is decoded), more than `max_words` words (counted before building a JSON
-document, after each PDF page and after OCR). `cancel` (a threading.Event) stops a load between
-pages with `LoadCancelled`: the service sets it when the request is gone. A missing OCR engine
-raises `pipkie.ocr.OCREngineError`.
+Failures on the input raise `DocumentError` (a ValueError naming the file; a stable `code`, a
+`reason` fit for a client, the decoder's `detail` for logs); its subclass `LimitExceeded` for more
+than `max_pages` pages (PDF pages, image frames), a page over `max_pixels` (from the header,
+before decoding) or more than `max_words` words (before building JSON words, after each page).
+`cancel` (a threading.Event, set by the service when a request is gone) stops a load between pages
+with `LoadCancelled`. A missing OCR engine raises `pipkie.ocr.OCREngineError`.
 """
 
 from __future__ import annotations
@@ -50,7 +48,9 @@ from PIL import Image, ImageSequence
 from pipkie.data.errors import DataError
 from pipkie.data.sroie import read_box_file
 from pipkie.document import Document, Word, normalize_box
-from pipkie.ocr import MAX_PIXELS, ImageTooLarge, OCREngineError, OCRError, check_pixels, get_engine, load_image, to_words
+from pipkie.ocr import (
+    MAX_PIXELS, ImageTooLarge, OCREngineError, OCRError, check_pixels, get_engine, load_image, to_words,
+)
 
 Source = Union[str, Path, bytes, None]
 
@@ -145,7 +145,7 @@ def load_document(
     if not data:
         raise DocumentError(name, "file is empty", code="empty_document")
     doc_id = Path(filename or name).stem if (filename or path) else "document"
-    kind = _sniff(data, filename or name, content_type)
+    kind = sniff(data, filename or name, content_type)
     try:
         if kind == "image":
             return _load_image(data, doc_id, path, name, ocr, threads, limits)
@@ -165,15 +165,10 @@ def load_document(
         raise DocumentError(name, f"cannot read {kind}", detail=f"{type(e).__name__}: {e}") from e
 
 
-def sniff(data: bytes, name: str = "", content_type: str | None = None) -> str:
-    """What `load_document` will take `data` for: 'pdf', 'image', 'json' or 'text' (box files and
-    plain text are told apart later); DocumentError when the name or type promises a PDF or an
-    image that the bytes are not. Cheap (signatures only): the service sizes its work by it."""
-    return _sniff(data, name or "<upload>", content_type)
-
-
-def _sniff(data: bytes, name: str, content_type: str | None) -> str:
-    """'pdf', 'image', 'json' or 'text' (box files and plain text are told apart later)."""
+def sniff(data: bytes, name: str = "<upload>", content_type: str | None = None) -> str:
+    """What `load_document` takes `data` for: 'pdf', 'image', 'json' or 'text' (box files and plain
+    text are told apart later); DocumentError when the name or type promises a PDF or an image that
+    the bytes are not. Cheap (signatures only): the service sizes its work by it."""
     for magic, kind in _SIGNATURES:
         if data.startswith(magic):
             return kind

@@ -87,7 +87,8 @@ async def read_body(request: Request, limit: int, limit_mb: float) -> bytes:
     return b"".join(chunks)
 
 
-def _replay(body: bytes):
+def replay(body: bytes):
+    """An ASGI `receive` that delivers `body` in one message, then reports a disconnect."""
     sent = False
 
     async def receive():
@@ -214,7 +215,7 @@ async def parse_extract(request: Request, settings: ServeSettings, default_keys:
 
 async def _from_form(request: Request, body: bytes, settings: ServeSettings):
     try:
-        form = await Request(request.scope, _replay(body)).form(max_files=1, max_fields=len(FORM_FIELDS),
+        form = await Request(request.scope, replay(body)).form(max_files=1, max_fields=len(FORM_FIELDS),
                                                                 max_part_size=1024 * 1024)
     except HTTPException as e:
         raise ApiError(400, "malformed_body", f"malformed multipart body: {e.detail}") from None

@@ -297,7 +297,8 @@ class Service:
         """Returns when the client disconnects: once the body is read, an ASGI server answers
         receive() only with http.disconnect (when the client goes, or after the response)."""
         await body_read.wait()
-        while True:
+        for _ in range(100):  # a server that keeps sending empty bodies is not watched (no busy loop)
             message = await request.receive()
             if message.get("type") == "http.disconnect":
                 return
+        await asyncio.Event().wait()  # until cancelled
