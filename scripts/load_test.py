@@ -10,7 +10,8 @@
 
 Requests are JSON words (SROIE box files from ../shared/data/sroie/{test,train}/box when present,
 else a synthetic receipt), so the figures measure the service and the model, not OCR. Each request
-has the server's deadline (`--request-timeout`, passed to the server it starts). The service
+states its deadline (`--request-timeout`, sent as X-Request-Timeout and passed to the server it
+starts as --timeout; the probes send none, as issue 15's clients did). The service
 answers what it cannot do in time with 503 at once, so the load test checks the contract: every
 request either succeeds within its deadline or is refused (503) within 1 s; `violations` counts
 the others. A refused client goes on with its next request (`--honour-retry-after` waits first).
@@ -184,9 +185,10 @@ async def post(client: httpx.AsyncClient, url: str, out: list, **kw) -> httpx.Re
         return None
 
 
-async def client_loop(client, url, docs, offset, n, keys, out, honour_retry_after):
+async def client_loop(client, url, docs, offset, n, keys, out, honour_retry_after, deadline_s):
     for i in range(n):
-        r = await post(client, url, out, json={**docs[(offset + i) % len(docs)], "keys": keys})
+        r = await post(client, url, out, json={**docs[(offset + i) % len(docs)], "keys": keys},
+                       headers={"X-Request-Timeout": f"{deadline_s:g}"})
         if honour_retry_after and r is not None and r.status_code == 503:
             await asyncio.sleep(float(r.headers.get("retry-after", "1")))
 
@@ -226,7 +228,8 @@ async def run_load(url: str, args) -> dict:
     async with httpx.AsyncClient(timeout=args.request_timeout + 10, limits=limits) as client:
         t0 = time.perf_counter()
         tasks = [asyncio.create_task(client_loop(client, url, docs, c * args.requests, args.requests, keys, results,
-                                                 args.honour_retry_after)) for c in range(args.clients)]
+                                                 args.honour_retry_after, args.request_timeout))
+                 for c in range(args.clients)]
         _, pending = await asyncio.wait(tasks, timeout=args.deadline)
         for t in pending:
             t.cancel()
@@ -251,7 +254,8 @@ async def run_soak(url: str, args) -> dict:
                 if value is not None:
                     rss.append((round(now, 1), round(value, 1)))
                 next_sample += args.sample_s
-            tasks.append(asyncio.create_task(post(client, url, results, json=docs[i % len(docs)])))
+            tasks.append(asyncio.create_task(post(client, url, results, json=docs[i % len(docs)],
+                                                  headers={"X-Request-Timeout": f"{args.request_timeout:g}"})))
             i += 1
             await asyncio.sleep(max(0.0, i / args.rate - (time.perf_counter() - t0)))
         await asyncio.gather(*tasks)

@@ -85,6 +85,45 @@ def test_a_deadline_no_idle_service_could_meet_is_the_clients(tiny_extractor, mo
               "from 1 to 300")
 
 
+def test_until_an_image_is_timed_only_the_loader_threads_take_images(tiny_extractor, monkeypatch):
+    """The OCR cost is a guess (ocr_seconds) until one image is timed: the first burst of uploads
+    gets `load_workers` admissions, the rest an immediate 503, not a late one."""
+    import io
+
+    from PIL import Image
+
+    import pipkie.loaders as loaders
+    from pipkie.ocr import OCRWord
+
+    def slow_ocr(image):
+        time.sleep(0.5)
+        return [OCRWord("TOTAL", (0, 0, 10, 10), 0.9)]
+
+    monkeypatch.setattr(loaders, "get_engine", lambda name="rapidocr", threads=1: slow_ocr)
+    buf = io.BytesIO()
+    Image.new("L", (60, 40), 255).save(buf, "PNG")
+    app = create_app(tiny_extractor, load_workers=2)
+
+    async def scenario():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
+                async def upload():
+                    t0 = time.perf_counter()
+                    r = await c.post("/extract", files={"file": ("r.png", buf.getvalue(), "image/png")})
+                    return r, time.perf_counter() - t0
+                broken = await c.post("/extract", files={"file": ("b.png", b"\x89PNG\r\n\x1a\n?", "image/png")})
+                assert broken.status_code == 422  # refused at once: that is no measure of the OCR's cost
+                return await asyncio.gather(*(upload() for _ in range(5)))
+
+    results = asyncio.run(scenario())
+    assert sorted(r.status_code for r, _ in results) == [200, 200, 503, 503, 503]
+    for r, seconds in results:
+        if r.status_code == 503:
+            error(r, 503, "overloaded", "timed for the first time")
+            assert seconds < 0.4  # before any OCR finished
+
+
 def test_the_queue_is_bounded(tiny_extractor, monkeypatch):
     record_calls(monkeypatch, tiny_extractor, delay=0.5)
     app = create_app(tiny_extractor, max_batch=1, max_queue=2, warmup=False)

@@ -9,7 +9,8 @@
   The estimate adds the loads ahead of it (per kind: "ocr" for images and PDFs, "parse" for
   words and text, each a running mean of measured seconds, OCR starting from `ocr_seconds`) and
   the model's queue (`Batcher.estimated_wait`, from the measured seconds per document; the
-  startup warm-up call gives the first measurement).
+  startup warm-up call gives the first measurement), with a 20 % margin. Until a first image has
+  been loaded and timed, at most `load_workers` images are admitted at once.
 - While a request waits, its client is watched: a client that disconnects, a passed deadline (504)
   or a shutdown (503) withdraws its work: a queued model job is dropped, a queued load never
   starts, a running load stops at its next page (`cancel` event); nothing more is spent on it.
@@ -42,6 +43,7 @@ from pipkie.serve.telemetry import Metrics
 from pipkie.template import DocumentTooLong
 
 log = logging.getLogger("pipkie.serve")
+ADMISSION_MARGIN = 1.2  # estimates are running means: admit only what fits with this much to spare
 
 WARMUP_TEXT = "\n".join(["ACME TRADING SDN BHD", "NO 7 JALAN MAIN, 54200 KUALA LUMPUR", "TEL 03-1234 5678",
                          "INVOICE 4711 DATE 12/03/2019 10:24"] + [f"ITEM {i} 2 X 3.50 7.00" for i in range(24)]
@@ -69,6 +71,7 @@ class Service:
                                on_call=self.metrics.model_call)
         self.load_seconds = {"ocr": RunningMean(settings.ocr_seconds), "parse": RunningMean(0.01)}
         self.loading = {"ocr": 0, "parse": 0}
+        self.load_measured = {"ocr": 0, "parse": 0}  # loads timed so far, per kind
         self.active = 0
         self.draining = False
         self._closing: asyncio.Event | None = None  # set at the end of a drain: answer what is left
@@ -143,11 +146,17 @@ class Service:
     # ---- admission ------------------------------------------------------------------------------
     def estimate(self, kind: str) -> float:
         """Seconds a request of `kind` admitted now should take: the loads ahead of it, its own,
-        then the model behind every queued job and every document still loading."""
+        then the model behind every queued job and every document still loading; times
+        ADMISSION_MARGIN, since a late refusal (after loading) is worse than an early one."""
         ahead = sum(n * (self.load_seconds[k].value or 0.0) for k, n in self.loading.items())
         own = self.load_seconds[kind].value or 0.0
         coming = sum(self.loading.values())
-        return ahead / self.settings.load_workers + own + self.batcher.estimated_wait(coming)
+        return ADMISSION_MARGIN * (ahead / self.settings.load_workers + own + self.batcher.estimated_wait(coming))
+
+    def _unmeasured(self, kind: str) -> bool:
+        """No image/PDF has been loaded and timed yet and the loader pool is full of them: their cost
+        is a guess (`ocr_seconds`), so no more are admitted until one is measured."""
+        return kind == "ocr" and self.load_measured[kind] == 0 and self.loading[kind] >= self.settings.load_workers
 
     def _overloaded(self, wait: float, remaining: float, why: str) -> ApiError:
         retry = max(1, math.ceil(wait - max(0.0, remaining)))
@@ -205,6 +214,8 @@ class Service:
                            "X-Request-Timeout")
         if wait > remaining:
             raise self._overloaded(wait, remaining, f"estimated {wait:.1f} s, the deadline is in {remaining:.1f} s")
+        if self._unmeasured(parsed.kind):
+            raise self._overloaded(wait, 0.0, "documents of this kind are being timed for the first time")
         cancel = threading.Event()
         try:
             doc = await self._load(parsed, cancel, request)
@@ -240,8 +251,7 @@ class Service:
             doc = await asyncio.get_running_loop().run_in_executor(self.pool(), parsed.load, cancel)
             done = True
             return doc
-        except DocumentError as e:
-            done = True
+        except DocumentError as e:  # refused fast: not a measure of what loading costs
             raise document_error(e) from None
         except LoadCancelled:
             raise ApiError(504, "timeout", "the request was withdrawn while its document loaded") from None
@@ -261,6 +271,7 @@ class Service:
             self.loading[kind] -= 1
             if done:
                 self.load_seconds[kind].update(time.perf_counter() - t0)
+                self.load_measured[kind] += 1
 
     async def _watched(self, request: Request, work, deadline: float, timeout: float, body_read: asyncio.Event) -> dict:
         """Run `work` until it ends, the client disconnects (499; watched once `body_read` is set),
