@@ -10,7 +10,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_registry_names():
-    assert set(READERS) == {"sroie", "wildreceipt", "kleister_nda", "funsd", "cord", "poie", "donut"}
+    assert set(READERS) == {"sroie", "wildreceipt", "kleister_nda", "funsd", "cord", "poie", "donut", "words"}
 
 
 def test_read_dataset_passes_split_and_limit():

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The development evaluations behind every model choice (never the test split):
+#   MODEL=models/pipkie TAG=new scripts/eval_dev.sh [pip|ar-forced|ar-free] [suite...]
+# suites: wr-sroie (WildReceipt dev, SROIE keys, dataset OCR), wr-images (the same from the images,
+# rapidocr, cached in $OCR_CACHE), wr-open (keys tel,time,subtotal,tax), sroie-dev (59 receipts
+# carved from SROIE train), kleister (Kleister-NDA dev-0). Default: all five.
+# Outputs: results/dev/<suite>-<decode>-$TAG.json (+ .predictions.jsonl, resumed only under the
+# same settings) and a reliability diagram for the WildReceipt suites.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${MODEL:?set MODEL=model directory}
+TAG=${TAG:?set TAG=name of the outputs}
+DECODE=${1:-pip}
+shift || true
+SUITES=${*:-wr-sroie wr-images wr-open sroie-dev kleister}
+THREADS=${THREADS:-1}
+WR=${WR:-../shared/data/wildreceipt_dev}
+OCR_CACHE=${OCR_CACHE:-../runs/ocr/wrdev-cache}
+BATCH=${BATCH:-4}
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+mkdir -p results/dev
+ev() {
+  local suite=$1; shift
+  .venv/bin/pipkie evaluate --model "$MODEL" --decode "$DECODE" --threads "$THREADS" --batch-size "$BATCH" \
+    --json "results/dev/$suite-$DECODE-$TAG.json" "$@"
+}
+wr_sroie=(--dataset wildreceipt --data-dir "$WR" --split dev --keys company,date,address,total
+          --key-map company=store_name,address=store_addr)
+for suite in $SUITES; do
+  case "$suite" in
+    wr-sroie)  ev "$suite" "${wr_sroie[@]}" --reliability "results/dev/$suite-$DECODE-$TAG.reliability.png" ;;
+    wr-images) ev "$suite" "${wr_sroie[@]}" --ocr rapidocr --ocr-cache "$OCR_CACHE" ;;
+    wr-open)   ev "$suite" --dataset wildreceipt --data-dir "$WR" --split dev --keys tel,time,subtotal,tax \
+                 --reliability "results/dev/$suite-$DECODE-$TAG.reliability.png" ;;
+    sroie-dev) ev "$suite" --dataset sroie --data-dir ../shared/data/sroie --split dev ;;
+    kleister)  ev "$suite" --dataset kleister_nda --data-dir ../shared/data/kleister_nda --split dev-0 \
+                 --keys party,jurisdiction,effective_date,term ;;
+    *) echo "unknown suite $suite" >&2; exit 2 ;;
+  esac
+done
