@@ -10,6 +10,10 @@
 One step feeds every unfinished row a chunk (its last token, plus any forced tokens); chunks are
 left-padded to the same width with masked pads, so every row's last real token sits in the last
 column and `logits_to_keep=1` gives each row its next-token logits.
+
+Lists (`pipkie.groups`): the answer goes on with `"\nitems 1 name:" value <|pip_end|>` … item by
+item; forced decoding writes each item's headers and ends a list when an item's first field is
+closed at once (`<|pip_end|>` right after its header), free decoding reads the headers it wrote.
 """
 
 from __future__ import annotations
@@ -20,20 +24,22 @@ import torch
 from transformers import DynamicCache
 
 from pipkie.decode import FieldResult, Prediction, _field_result, _geo_mean, left_pad, positions
+from pipkie.groups import ar_steps, collect, parse_free_item
 from pipkie.schema import KeySchema
 from pipkie.template import TemplateBuilder
 
 
 @dataclass
 class _Row:
-    keys: list
-    budgets: list[int]
+    schema: KeySchema
+    steps: list  # pipkie.groups.Step: every value a forced decoder asks for, in order
     free: bool
     limit: int  # most tokens this row may generate
     field_idx: int = 0
     toks: list[int] = field(default_factory=list)  # generated tokens of the current value (forced) / all (free)
     probs: list[float] = field(default_factory=list)
     results: dict = field(default_factory=dict)
+    items: dict = field(default_factory=dict)  # list name -> [(item, field, FieldResult, stop)]
     n_generated: int = 0
     done: bool = False
     fixed_length: bool = False
@@ -56,10 +62,9 @@ def ar_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[K
     rows, chunks = [], []
     for text, schema in zip(texts, schemas):
         enc = builder.ar_prompt(text, schema)
-        keys = list(schema)
-        budgets = [builder.budget(k) for k in keys]
-        rows.append(_Row(keys, budgets, free, limit=builder.ar_reserved(schema), fixed_length=fixed_length))
-        chunks.append(enc.input_ids + ([] if free else builder.answer_header(keys[0])))
+        steps = ar_steps(builder, schema)
+        rows.append(_Row(schema, steps, free, limit=builder.ar_reserved(schema), fixed_length=fixed_length))
+        chunks.append(enc.input_ids + ([] if free else steps[0].header))
     ids, attn = left_pad(chunks, builder.pad_id)
     cache = DynamicCache(config=model.config)
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), cache=cache,
@@ -95,43 +100,70 @@ def _advance(builder: TemplateBuilder, r: _Row, tok: int, prob: float) -> list[i
             r.done = True
             return []
         return [tok]
-    if (tok != builder.end_id or r.fixed_length) and len(r.toks) < r.budgets[r.field_idx]:
+    step = r.steps[r.field_idx]
+    if (tok != builder.end_id or r.fixed_length) and len(r.toks) < step.budget:
         return [tok]
     # The value is closed: by the model (end token) or by its budget (we feed the end token).
     fed = [builder.end_id] if tok == builder.end_id and not r.fixed_length else [tok, builder.end_id]
-    key = r.keys[r.field_idx].name
-    r.results[key] = _field_result(builder, r.toks, r.probs)
+    result = _field_result(builder, r.toks, r.probs)
     r.field_idx += 1
+    if step.group is None:
+        r.results[step.key] = result
+    else:
+        stop = step.first and r.toks[0] == builder.end_id and not r.fixed_length  # no more items
+        r.items.setdefault(step.group, []).append((step.item, step.field, result, stop))
+        while stop and r.field_idx < len(r.steps) and r.steps[r.field_idx].group == step.group:
+            r.field_idx += 1  # the list's other items are not asked for
     r.toks, r.probs = [], []
-    if r.field_idx == len(r.keys):
+    if r.field_idx == len(r.steps):
         r.done = True
         return []
-    return fed + builder.answer_header(r.keys[r.field_idx])
+    return fed + r.steps[r.field_idx].header
 
 
 def _finish(builder: TemplateBuilder, r: _Row) -> Prediction:
-    if not r.free:
-        return {k.name: r.results.get(k.name, FieldResult(None, 0.0)) for k in r.keys}
-    return parse_free_answer(builder, r.toks, r.probs, [k.name for k in r.keys])
+    if r.free:
+        return parse_free_answer(builder, r.toks, r.probs, r.schema.names, r.schema)
+    out = {k.name: r.results.get(k.name, FieldResult(None, 0.0)) for k in r.schema}
+    for g in r.schema.groups:
+        out[g.name] = collect(g, r.items.get(g.name, []), lambda: FieldResult(None, 0.0))
+    return out
 
 
-def parse_free_answer(builder: TemplateBuilder, toks: list[int], probs: list[float], keys: list[str]) -> Prediction:
+def parse_free_answer(builder: TemplateBuilder, toks: list[int], probs: list[float], keys: list[str],
+                      schema: KeySchema | None = None) -> Prediction:
     """Split a free answer at `<|pip_end|>`; each piece reads `\\nkey: value`. Keys the model did not
     write are missing (confidence 0); keys outside the schema are ignored. A last piece that nothing
-    closed (the answer ran out of its token budget) is `truncated`."""
+    closed (the answer ran out of its token budget) is `truncated`. With the schema's lists: pieces
+    `\\nitems 3 name: value` fill item 3; an item's first field with nothing after its header ends
+    the list."""
     results: Prediction = {}
+    items: dict[str, list] = {}
+    ended: set[str] = set()
     start = 0
     for i, t in enumerate(toks + [builder.end_id]):
         if t != builder.end_id and t != builder.eos_id and i < len(toks):
             continue
         piece = builder.tok.decode(toks[start:i], skip_special_tokens=True)
         key, sep, value = piece.strip().partition(":")
-        if sep and key.strip() in keys and key.strip() not in results:
-            value = value.strip()
-            value = None if not value or value == "unknown" else value
-            results[key.strip()] = FieldResult(value, _geo_mean(probs[start: i + 1]), toks[start:i + 1],
-                                               truncated=i == len(toks) and value is not None)
+        key, raw = key.strip(), value.strip()
+        value = None if not raw or raw == "unknown" else raw
+        result = FieldResult(value, _geo_mean(probs[start: i + 1]), toks[start:i + 1],
+                             truncated=i == len(toks) and value is not None)
+        item = parse_free_item(schema, key) if sep and schema is not None and schema.groups else None
+        if sep and key in keys and key not in results:
+            results[key] = result
+        elif item is not None and item[0].name not in ended:
+            g, n, name = item
+            stop = name == g.fields[0].name and not raw
+            ended.update([g.name] if stop else [])
+            if all((n, name) != (m, f) for m, f, _, _ in items.get(g.name, [])):
+                items.setdefault(g.name, []).append((n, name, result, stop))
         start = i + 1
         if i < len(toks) and t == builder.eos_id:
             break
-    return {k: results.get(k, FieldResult(None, 0.0)) for k in keys}
+    out = {k: results.get(k, FieldResult(None, 0.0)) for k in keys}
+    for g in schema.groups if schema is not None else ():
+        entries = sorted(items.get(g.name, []), key=lambda e: (e[0], not e[3]))  # a stop ends before its item
+        out[g.name] = collect(g, entries, lambda: FieldResult(None, 0.0))
+    return out

@@ -14,6 +14,11 @@ Patterns (`block_ids`: 0 for the causal prefix, k > 0 for the tokens of template
   document's KV cache can be reused for any number of key sets.
 - `full`: every token attends to every (non-padding) token, as in the reference work.
 
+Lists of items (`pipkie.groups`): under `causal` and `prefix_causal` a *group block* (block id
+above `GROUP_BLOCK`) also sees the group block just before it (`previous_group`), so item i knows
+which line item i − 1 took; flat blocks and other groups stay invisible. Flat templates have no
+group blocks: their masks are unchanged.
+
 Speed: an explicit mask keeps sdpa off its causal kernel, which skips the upper triangle. Under
 `prefix_causal` the prefix rows are plain causal, so `pip_sdpa_attention` (registered as the
 attention implementation "pipkie_sdpa", which `enable_pip_attention` selects) runs them with the
@@ -31,6 +36,7 @@ from transformers.masking_utils import (AttentionMaskInterface, and_masks, bidir
                                         causal_mask_function, create_causal_mask, eager_mask, or_masks, sdpa_mask)
 
 PATTERNS = ("causal", "prefix_causal", "full")
+GROUP_BLOCK = 1 << 20  # = pipkie.groups.GROUP_BLOCK: block ids above it are group blocks
 
 
 def same_template_block(block_ids: torch.Tensor):
@@ -42,12 +48,26 @@ def same_template_block(block_ids: torch.Tensor):
     return predicate
 
 
-def isolated_template_blocks(block_ids: torch.Tensor):
-    """kv is in the prefix or in q's own block: several template blocks packed after one document
-    (training) stay invisible to each other, each as if it were alone."""
+def previous_group(block_ids: torch.Tensor):
+    """q is in a group block (id > GROUP_BLOCK) and kv in the group block before it (id one less):
+    item i of a list sees item i − 1. A list's first group has no such block (its id − 1 is unused:
+    `pipkie.groups`), nor has any flat block."""
 
     def predicate(b, h, q, kv):
-        return (block_ids[b, kv] == 0) | (block_ids[b, kv] == block_ids[b, q])
+        bq = block_ids[b, q]
+        return (bq > GROUP_BLOCK) & (block_ids[b, kv] == bq - 1)
+
+    return predicate
+
+
+def isolated_template_blocks(block_ids: torch.Tensor):
+    """kv is in the prefix or in q's own block (or, for a group block, in the previous group):
+    several template blocks packed after one document (training) stay invisible to each other, each
+    as if it were alone."""
+    chain = previous_group(block_ids)
+
+    def predicate(b, h, q, kv):
+        return (block_ids[b, kv] == 0) | (block_ids[b, kv] == block_ids[b, q]) | chain(b, h, q, kv)
 
     return predicate
 
@@ -66,7 +86,7 @@ def extra_pattern(pattern: str, block_ids: torch.Tensor | None):
     if pattern == "prefix_causal":
         if block_ids is None:
             raise ValueError("prefix_causal needs block_ids")
-        return same_template_block(block_ids)
+        return or_masks(same_template_block(block_ids), previous_group(block_ids))
     raise ValueError(f"unknown attention pattern {pattern!r}; choose one of {PATTERNS}")
 
 

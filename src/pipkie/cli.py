@@ -111,8 +111,9 @@ def evaluate(
     split: str = typer.Option("test"),
     decode: str = typer.Option("pip", help="pip | ar-free | ar-forced (ar = ar-free)"),
     model: Optional[str] = typer.Option(None, help="model directory (default: the shipped model)"),
-    keys: Optional[str] = typer.Option(None, help="comma-separated keys (default: the model's)"),
-    schema: Optional[Path] = typer.Option(None, help="a flat JSON-schema file (keys with descriptions/budgets)"),
+    keys: Optional[str] = typer.Option(None, help="comma-separated keys, lists as items[name,quantity,price] "
+                                       "(default: the model's)"),
+    schema: Optional[Path] = typer.Option(None, help="a JSON-schema file (keys with descriptions/budgets, arrays of objects)"),
     key_map: Optional[str] = typer.Option(None, help="KEY=GOLD_KEY,...: score KEY against the dataset's GOLD_KEY (e.g. company=store_name)"),
     limit: Optional[int] = typer.Option(None, help="first N documents only"),
     batch_size: int = typer.Option(4, min=1),
@@ -251,18 +252,27 @@ def _draw_paths(draw: Path, files: list[Path]) -> list[Path]:
 
 
 def _draw_extraction(result, doc, source: Path, out: Path) -> Path:
+    """The fields' boxes on the page; each item of a list is one entry ("items 3": its values), so
+    that every item gets its own colour."""
     from collections import Counter
 
     from pipkie.document import Word
     from pipkie.explain import page_image
     from pipkie.grounding import draw
 
+    def words_of(f):
+        return [Word(b.text, tuple(round(v * 1000) for v in (b.x0, b.y0, b.x1, b.y1)), b.page) for b in f.boxes]
+
     fields = {}
     for key, f in result.fields.items():
+        if isinstance(f, list):
+            for i, item in enumerate(f, 1):
+                read = [x for x in item.values() if x.value is not None]
+                fields[f"{key} {i}"] = (" · ".join(x.value for x in read), [w for x in read for w in words_of(x)])
+            continue
         if f.value is None:
             continue
-        words = [Word(b.text, tuple(round(v * 1000) for v in (b.x0, b.y0, b.x1, b.y1)), b.page) for b in f.boxes]
-        fields[key] = (f.value, words)
+        fields[key] = (f.value, words_of(f))
     pages = Counter(w.page for _, words in fields.values() for w in words)
     page = pages.most_common(1)[0][0] if pages else 0
     return draw(doc, fields, page_image(doc, page, source), out, page=page)
@@ -271,8 +281,10 @@ def _draw_extraction(result, doc, source: Path, out: Path) -> Path:
 @app.command()
 def extract(
     files: list[Path] = typer.Argument(..., help="documents: images, PDFs, JSON words, SROIE box files or text"),
-    keys: Optional[str] = typer.Option(None, help="comma-separated keys, e.g. company,date,address,total (default: the model's keys)"),
-    schema: Optional[Path] = typer.Option(None, help="a flat JSON-schema file (instead of --keys)"),
+    keys: Optional[str] = typer.Option(None, help="comma-separated keys, e.g. company,date,address,total; a list of "
+                                       "items as items[name,quantity,price] (default: the model's keys)"),
+    schema: Optional[Path] = typer.Option(None, help="a JSON-schema file (instead of --keys): string properties, "
+                                          "arrays of objects for lists (maxItems)"),
     model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped models/pipkie-sroie)"),
     decode: str = typer.Option("pip", help="pip | ar | ar-forced (AR: the model's AR baseline, or --ar-model)"),
     ar_model: Optional[str] = typer.Option(None, help="AR model for --decode ar|ar-forced (default: the model's ar_baseline)"),
@@ -357,9 +369,12 @@ def extract(
             if result.truncated:
                 typer.echo(f"note: {path}: {result.dropped_tokens} document tokens dropped from the middle to fit "
                            "the model's context (its start and end are kept)", err=True)
-            cut = [k for k, f in result.fields.items() if f.truncated]
+            cut = result.cut_fields()
             if cut:
                 typer.echo(f"note: {path}: {', '.join(cut)} filled the whole budget (value may be cut)", err=True)
+            for name in result.lists_truncated:
+                typer.echo(f"note: {path}: {name} filled all its items (there may be more: give a larger maxItems "
+                           "in a --schema file)", err=True)
             if outs[i] is not None:
                 try:
                     _draw_extraction(result, doc, path, outs[i])

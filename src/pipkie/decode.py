@@ -2,6 +2,8 @@
 
 All decoders take a batch of (document text, KeySchema) and return, per document, a dict
 key -> `FieldResult(value, confidence, tokens)`; `value` is None for a missing field (`unknown`).
+A list of the schema (`pipkie.groups`) maps to an `ItemsResult`: its items, each a dict field ->
+FieldResult, in document order (`.value`: the list of {field: value}).
 
 Confidence is the geometric mean of the chosen tokens' probabilities over the value's tokens and
 the token that closes it (`<|pip_end|>`), i.e. exp(mean log p): 1.0 when every token was certain.
@@ -320,16 +322,29 @@ def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[
         new_conf, new_toks = run(torch.where(remask, inputs, toks), lazy=False, trace=trace)
         conf = torch.where(remask, new_conf, conf)
         toks = torch.where(remask, new_toks, toks)
-    return _collect(builder, encs, toks.tolist(), conf.tolist())
+    return _collect(builder, encs, toks.tolist(), conf.tolist(), schemas)
 
 
-def _collect(builder, encs, toks: list[int], conf: list[float]) -> list[Prediction]:
+def _collect(builder, encs, toks: list[int], conf: list[float], schemas: list[KeySchema]) -> list[Prediction]:
+    """Slot tokens -> each document's results; a list's fields are gathered into its ItemsResult
+    (an item whose first field's first slot says `<|pip_end|>` ends the list: `pipkie.groups`)."""
     out, i = [], 0
-    for e in encs:
-        pred = {}
+    for e, schema in zip(encs, schemas):
+        pred, lists = {}, {g.name: [] for g in schema.groups}
+        first = {g.name: g.fields[0].name for g in schema.groups}
         for f in e.fields:
-            pred[f.key] = _field_result(builder, toks[i: i + f.length], conf[i: i + f.length])
+            result = _field_result(builder, toks[i: i + f.length], conf[i: i + f.length])
+            if f.group is None:
+                pred[f.key] = result
+            else:
+                stop = f.field == first[f.group] and toks[i] == builder.end_id
+                lists[f.group].append((f.item, f.field, result, stop))
             i += f.length
+        if schema.groups:
+            from pipkie.groups import collect
+
+            for g in schema.groups:
+                pred[g.name] = collect(g, lists[g.name], lambda: FieldResult(None, 0.0))
         out.append(pred)
     return out
 
@@ -378,4 +393,4 @@ def pip_decode_cached(model, builder: TemplateBuilder, doc: DocumentCache, schem
         return lm_logits(model, h[keep])
     hidden = torch.cat([doc.hidden, h], dim=1) if doc.hidden is not None else h
     conf, toks = predict_slots(model, builder, [enc], hidden, h[keep], [0])
-    return _collect(builder, [enc], toks.tolist(), conf.tolist())[0]
+    return _collect(builder, [enc], toks.tolist(), conf.tolist(), [schema])[0]

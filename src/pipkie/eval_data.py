@@ -45,9 +45,24 @@ def gold_fields(doc: Document, keys: list[str], key_map: dict[str, str]) -> dict
     return {k: doc.fields.get(key_map.get(k, k)) for k in keys}
 
 
-def gold_warnings(docs: list[Document], keys: list[str], key_map: dict[str, str]) -> list[str]:
-    """One message per requested key that no document has a gold value for, and per map entry
-    naming a key that was not requested."""
+def gold_column(group: str, name: str, key_map: dict[str, str]) -> str:
+    """The document field holding a list's column: `items.name` for items[name]; the key map may
+    rename the list (`lines=items`) or one column (`lines.product=items.name`)."""
+    return key_map.get(f"{group}.{name}") or f"{key_map.get(group, group)}.{name}"
+
+
+def gold_items(doc: Document, group, key_map: dict[str, str]) -> list[dict[str, str | None]]:
+    """The gold items of a list (`pipkie.schema.Group`) from the document's parallel item fields
+    (`items.name`, `items.price`, … as `pipkie.data` readers write them; "" = not printed)."""
+    cols = {f: doc.fields.get(gold_column(group.name, f, key_map)) or [] for f in group.names}
+    n = max((len(v) for v in cols.values()), default=0)
+    return [{f: (v[i] if i < len(v) else "") or None for f, v in cols.items()} for i in range(n)]
+
+
+def gold_warnings(docs: list[Document], keys: list[str], key_map: dict[str, str], groups: dict | None = None) -> list[str]:
+    """One message per requested key (or list: `groups`, name -> Group) that no document has a gold
+    value for, and per map entry naming a key that was not requested."""
+    groups = groups or {}
     present = {k for d in docs for k, v in d.fields.items() if v}
     out = []
     for k in keys:
@@ -57,7 +72,13 @@ def gold_warnings(docs: list[Document], keys: list[str], key_map: dict[str, str]
             out.append(f"no document has a gold value for {named}: it scores 0 wherever the model answers it; "
                        f"gold keys in this split: {', '.join(sorted(present)) or 'none'}"
                        + ("" if src != k else f" (map one with --key-map {k}=GOLD_KEY)"))
-    out += [f"--key-map names {k!r}, which is not among the keys evaluated" for k in key_map if k not in keys]
+    out += [f"--key-map names {k!r}, which is not among the keys evaluated" for k in key_map
+            if k not in keys and k not in groups and k.split(".")[0] not in groups]
+    for g in (groups or {}).values():
+        cols = [gold_column(g.name, f, key_map) for f in g.names]
+        if not any(c in present for c in cols):
+            out.append(f"no document has gold items for the list {g.name!r} (looked for {', '.join(cols)}): every "
+                       f"item it predicts counts as wrong")
     return out
 
 

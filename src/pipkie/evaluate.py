@@ -9,6 +9,11 @@ Decoders, one name each: `pip` (one parallel pass, `refine_steps` Mask-Predict p
 `ar-free` (the AR baseline writes the whole answer) and `ar-forced` (the decoder writes the keys,
 the model the values). `ar` is accepted for `ar-free`, the name `pipkie extract` uses.
 
+Lists of items (`--keys "items[name,quantity,price]"`, `pipkie.groups`): each row's `pred` and
+`gold` hold the list as [{field: value}] (gold from the documents' `items.*` fields,
+`eval_data.gold_items`), and the summary's `items` has, per list, `pipkie.metrics.ItemScores`
+(item precision/recall/F1, per-field ANLS of matched items).
+
 The summary (returned, printed by `format_table`, written to `json_path`) holds `pipkie.metrics`'
 numbers, `truncated_docs` (documents cut to fit the model's context; each row's `truncated` is
 its count of cut tokens, from the decoder's own encoding, `Encoded.truncated`), `calibration`
@@ -31,10 +36,11 @@ from pipkie.ar import ar_decode
 from pipkie.calibration import calibration, calibration_pairs, reliability_diagram
 from pipkie.decode import pip_decode
 from pipkie.document import serialize
-from pipkie.eval_data import gold_fields, gold_warnings, load_documents, parse_key_map
+from pipkie.eval_data import gold_fields, gold_items, gold_warnings, load_documents, parse_key_map
 from pipkie.eval_store import model_fingerprint, read_predictions, resume, run_fingerprint
-from pipkie.metrics import Scores
+from pipkie.metrics import ItemScores, Scores
 from pipkie.modeling import builder_for, load_model
+from pipkie.groups import field_budget as item_budget, items_budgets
 from pipkie.schema import KeySchema
 
 DECODES = ("pip", "ar-free", "ar-forced")
@@ -67,21 +73,44 @@ def truncated_tokens(builder, text: str, schema: KeySchema, decode: str) -> int:
     return int(enc.truncated)
 
 
-def summarize(rows: list[dict], keys: list[str]) -> dict:
-    """Scores, truncation and calibration of predictions-file rows (their own gold values)."""
+def summarize(rows: list[dict], keys: list[str], groups: dict[str, list[str]] | None = None) -> dict:
+    """Scores, truncation and calibration of predictions-file rows (their own gold values); `groups`
+    (list name -> its fields): the lists of items, scored by `ItemScores` (the summary's `items`)."""
     scores = Scores()
     for r in rows:
         scores.add_document(r["pred"], r["gold"], keys)
-    return dict(scores.summary(), n_docs=len(rows), truncated_docs=sum(bool(r.get("truncated")) for r in rows),
-                calibration=calibration(calibration_pairs(rows, keys)))
+    out = dict(scores.summary(), n_docs=len(rows), truncated_docs=sum(bool(r.get("truncated")) for r in rows),
+               calibration=calibration(calibration_pairs(rows, keys)))
+    if groups:
+        out["items"] = {}
+        for name, fields in groups.items():
+            s = ItemScores(tuple(fields))
+            for r in rows:
+                s.add(r["pred"].get(name), r["gold"].get(name))
+            out["items"][name] = s.summary()
+    return out
+
+
+def list_keys(rows: list[dict]) -> dict[str, list[str]]:
+    """The lists among predictions-file rows' keys (a list's prediction is a list of objects), with
+    the fields their items have."""
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        for k, v in {**r["gold"], **r["pred"]}.items():
+            if isinstance(v, list) and all(isinstance(x, dict) for x in v):
+                fields = out.setdefault(k, [])
+                fields += [f for x in v for f in x if f not in fields]
+    return {k: v for k, v in out.items() if any(isinstance(r["pred"].get(k), list) for r in rows)}
 
 
 def rescore(pred_path: str | Path, keys: list[str] | None = None) -> dict:
-    """`summarize` of a predictions file, over `keys` (default: the gold keys of its first row)."""
+    """`summarize` of a predictions file, over `keys` (default: the gold keys of its first row; lists
+    of items are found by their shape)."""
     rows = read_predictions(pred_path)
     if not rows:
         raise ValueError(f"{pred_path}: no predictions")
-    return summarize(rows, keys or list(rows[0]["gold"]))
+    groups = list_keys(rows)
+    return summarize(rows, [k for k in keys or list(rows[0]["gold"]) if k not in groups], groups)
 
 
 def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = "pip", model_path: str,
@@ -107,14 +136,18 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
     torch.set_num_threads(threads)
     model, tokenizer, settings = load_model(model_path, pad_vocab=True)
     builder = builder_for(tokenizer, settings)
-    schema = KeySchema.parse(keys or settings.keys or sorted({k for d in docs for k in d.fields}))
-    warns += gold_warnings(docs, schema.names, key_map)
+    schema = KeySchema.parse(keys or settings.keys or sorted({k for d in docs for k in d.fields
+                                                              if not k.startswith("items.")}))
+    groups = {g.name: g for g in schema.groups}
+    warns += gold_warnings(docs, schema.names, key_map, groups)
     for w in warns:
         log(f"warning: {w}")
     fingerprint = run_fingerprint(
         model=model_id, keys=[[k.name, k.description, builder.budget(k)] for k in schema], decode=decode,
         refine_steps=refine_steps, ocr=ocr, dataset=dataset, split=split, data_dir=str(Path(data_dir).resolve()),
-        limit=limit, key_map=key_map)
+        limit=limit, key_map=key_map,
+        **({"lists": [[g.name, n, [[k.name, k.description, item_budget(builder, g, k)] for k in g.fields]]
+                      for g, n in zip(schema.groups, items_budgets(builder, schema))]} if schema.groups else {}))
     pred_path = Path(json_path).with_suffix(".predictions.jsonl") if json_path else None
     done = resume(pred_path, fingerprint, fresh=fresh, summary=Path(json_path), log=log) if pred_path else {}
     todo = [d for d in docs if d.id not in done]
@@ -133,9 +166,10 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
             preds = decode_batch(model, builder, texts, schema, decode, pattern=pattern, refine_steps=refine_steps)
             dt = (time.perf_counter() - t0) / len(chunk)
             for d, t, p in zip(chunk, texts, preds):
+                gold = gold_fields(d, schema.names, key_map)
+                gold.update({g.name: gold_items(d, g, key_map) for g in schema.groups})
                 r = dict(id=d.id, decode=decode, seconds=dt, pred={k: f.value for k, f in p.items()},
-                         confidence={k: round(f.confidence, 4) for k, f in p.items()},
-                         gold=gold_fields(d, schema.names, key_map),
+                         confidence={k: round(f.confidence, 4) for k, f in p.items()}, gold=gold,
                          truncated=truncated_tokens(builder, t, schema, decode), run=fingerprint["hash"])
                 done[d.id] = r
                 if out:
@@ -147,8 +181,9 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
         if out:
             out.close()
     rows = [done[d.id] for d in docs]
-    result = dict(summarize(rows, schema.names), sec_per_doc=sum(r["seconds"] for r in rows) / len(rows),
-                  decode=decode, model=str(model_path), dataset=dataset, split=split, keys=schema.names,
+    result = dict(summarize(rows, schema.names, {g.name: g.names for g in schema.groups}), sec_per_doc=sum(r["seconds"] for r in rows) / len(rows),
+                  decode=decode, model=str(model_path), dataset=dataset, split=split,
+                  keys=schema.names + [f"{g.name}[{','.join(g.names)}]" for g in schema.groups],
                   key_map=key_map, ocr=ocr or "dataset", batch_size=batch_size, threads=threads,
                   refine_steps=refine_steps, truncated_ids=[r["id"] for r in rows if r["truncated"]],
                   warnings=warns, fingerprint=fingerprint)
@@ -172,7 +207,12 @@ def format_table(result: dict) -> str:
     for k, v in result["per_key"].items():
         lines.append(f"{k:<12}{100 * v['anls']:>8.1f}{100 * v['exact']:>8.1f}{100 * v['f1']:>8.1f}")
     lines.append("-" * 36)
-    lines.append(f"{'all':<12}{100 * result['anls']:>8.1f}{'':>8}{100 * result['f1']:>8.1f}")
+    if result["per_key"]:
+        lines.append(f"{'all':<12}{100 * result['anls']:>8.1f}{'':>8}{100 * result['f1']:>8.1f}")
+    for name, s in result.get("items", {}).items():
+        lines.append(f"{name}: item P {100 * s['precision']:.1f} R {100 * s['recall']:.1f} F1 {100 * s['f1']:.1f} "
+                     f"({s['tp']} right of {s['n_pred']} predicted, {s['n_gold']} gold); ANLS of matched items: "
+                     + ", ".join(f"{f} {100 * a:.1f}" for f, a in s["per_field"].items()))
     cal = result.get("calibration")
     if cal and cal["n_values"]:
         lines.append(f"calibration: ECE {cal['ece']:.3f} over {cal['n_values']} values; "

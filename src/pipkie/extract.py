@@ -16,6 +16,11 @@ loaded when first asked for; a PIP model without one refuses AR decoding (`NoARB
 decode AR with PIP weights. A document longer than the context is cut in its middle
 (`TemplateBuilder.fit`): `truncated` and `dropped_tokens` say so; a value that filled its whole
 budget is `truncated` on its field.
+
+A list of the schema (`keys="company,items[name,quantity,price]"`, `pipkie.groups`) is, in
+`fields`, a list of items in line order, each {field: Field} (value, confidence, boxes), grounded
+item by item (`grounding.ground_items`); `Extraction.lists_truncated` names the lists that used
+every item of their budget (maxItems: there may be more lines).
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ import torch
 from pipkie.ar import ar_decode
 from pipkie.decode import FieldResult, pip_decode
 from pipkie.document import Document, Word, serialize
-from pipkie.grounding import locate
+from pipkie.grounding import ground_items, locate
+from pipkie.groups import ItemsResult
 from pipkie.loaders import load_document
 from pipkie.modeling import NoARBaseline, builder_for, default_model_path, load_model, model_for_decode
 from pipkie.schema import KeySchema
@@ -61,20 +67,35 @@ class Field:
 @dataclass
 class Extraction:
     document: str
-    fields: dict[str, Field]
+    fields: dict[str, Field | list[dict[str, Field]]]  # a list of the schema: its items, {field: Field} each
     decode: str
     seconds: float
     truncated: bool = False  # the document did not fit in the context: its middle was dropped
     dropped_tokens: int = 0  # how many document tokens were dropped
+    lists_truncated: list[str] = field(default_factory=list)  # lists that filled all their items (maxItems)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.lists_truncated:  # flat results keep their JSON as it was
+            d.pop("lists_truncated")
+        return d
 
     def to_json(self, **kw) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, **kw)
 
-    def values(self) -> dict[str, str | None]:
-        return {k: f.value for k, f in self.fields.items()}
+    def values(self) -> dict[str, str | None | list[dict[str, str | None]]]:
+        return {k: [{n: x.value for n, x in it.items()} for it in f] if isinstance(f, list) else f.value
+                for k, f in self.fields.items()}
+
+    def cut_fields(self) -> list[str]:
+        """Fields whose value filled its whole budget ("items[2].name" for an item's)."""
+        out = []
+        for k, f in self.fields.items():
+            if isinstance(f, list):
+                out += [f"{k}[{i}].{n}" for i, it in enumerate(f) for n, x in it.items() if x.truncated]
+            elif f.truncated:
+                out.append(k)
+        return out
 
 
 def _boxes(words: list[Word]) -> list[Box]:
@@ -172,8 +193,9 @@ class Extractor:
             dt = (time.perf_counter() - t0) / len(chunk)
             for d, t, p in zip(chunk, texts, preds):
                 dropped = builder.overflow(t, reserved, answer=decode == "pip")
-                out.append(Extraction(d.id, {k: self._field(d, r) for k, r in p.items()}, decode, dt,
-                                      truncated=dropped > 0, dropped_tokens=dropped))
+                fields = {k: self._items(d, r) if isinstance(r, ItemsResult) else self._field(d, r) for k, r in p.items()}
+                out.append(Extraction(d.id, fields, decode, dt, truncated=dropped > 0, dropped_tokens=dropped,
+                                      lists_truncated=[k for k, r in p.items() if isinstance(r, ItemsResult) and r.truncated]))
         return out
 
     @staticmethod
@@ -182,3 +204,11 @@ class Extractor:
             return Field(r.value, round(r.confidence, 4), truncated=r.truncated)
         g = locate(r.value, doc)
         return Field(r.value, round(r.confidence, 4), _boxes(g.words), g.method, truncated=r.truncated)
+
+    @staticmethod
+    def _items(doc: Document, r: ItemsResult) -> list[dict[str, Field]]:
+        """A list's items with their boxes, grounded in line order (`grounding.ground_items`)."""
+        found = ground_items(r.value, doc) if doc.words else [{} for _ in r.items]
+        return [{n: Field(x.value, round(x.confidence, 4), _boxes(g[n].words) if n in g else [],
+                          g[n].method if n in g else "none", truncated=x.truncated) for n, x in it.items()}
+                for it, g in zip(r.items, found)]

@@ -17,6 +17,11 @@ vs "7/4, KAWASAN") does not matter.
 2. fuzzy (values of 4+ characters): rapidfuzz's best partial alignment of the value against the
    whole text, widened or narrowed to whole words by `fuzz.ratio` over the word windows around it.
    Score = that ratio / 100; below `threshold` (0.8) nothing is returned.
+
+Line items (`ground_items`): a list's items come in line order, and the same price or name may be
+printed on several lines, so each item is looked for from the line after the previous item's on
+(its name first, else its first value found), and its other fields on its own line and the next
+(`Name` / `2 @ 3.00   6.00`) before anywhere further down, then anywhere.
 """
 
 from __future__ import annotations
@@ -121,6 +126,36 @@ def locate(value: str, doc: Document, threshold: float = 0.8) -> Grounding:
             return found
     fuzzy = [g for g in (_fuzzy(v, index, threshold) for index in indices) if g]
     return max(fuzzy, key=lambda g: g.score) if fuzzy else Grounding()
+
+
+def ground_items(items: list[dict[str, str | None]], doc: Document, threshold: float = 0.8,
+                 anchor: str = "name") -> list[dict[str, Grounding]]:
+    """Per item, per field, where its value is (see the module docstring); the items in line order."""
+    lines = reading_order_lines(doc.words)
+    line_of = {id(w): i for i, line in enumerate(lines) for w in line}
+
+    def within(lo: int, hi: int) -> Document:
+        return Document(id=doc.id, words=[w for line in lines[lo:hi] for w in line])
+
+    out, cursor = [], 0
+    for item in items:
+        order = sorted(item, key=lambda f: f != anchor)  # the anchor first, then the other fields
+        found: dict[str, Grounding] = {}
+        home = None
+        for f in order:
+            v = item[f]
+            if v is None:
+                found[f] = Grounding()
+                continue
+            places = ([(home, home + 2)] if home is not None else []) + [(cursor, len(lines)), (0, len(lines))]
+            g = next((g for lo, hi in places if (g := locate(v, within(lo, hi), threshold))), Grounding())
+            found[f] = g
+            if home is None and g:
+                home = line_of[id(g.words[0])]
+        if home is not None:
+            cursor = home + 1
+        out.append({f: found[f] for f in item})
+    return out
 
 
 def ground(value: str, doc: Document, threshold: float = 0.8) -> list[Word]:

@@ -19,6 +19,13 @@
   non-empty multiset.
 - `loose_exact`: the same comparison ignoring all whitespace and case, the notion of "right" used
   for calibration (WildReceipt's transcriptions carry no spaces: `KOREANRESTAURANT`).
+- Line items (lists of objects, `ItemScores`): a document's predicted and gold items are matched
+  one to one by the Hungarian method on the similarity of their names (ANLS of the `name` field, or
+  of the list's first field when it has none; ties broken towards equal prices). A matched pair is a
+  true positive when its name ANLS is ≥ 0.8 and, when prices are asked for, its prices are equal
+  (normalised, case-sensitive; both missing counts as equal). Precision over predicted items,
+  recall over gold items, F1, micro over documents; per field, the mean ANLS over the matched pairs
+  (pairs whose names have ANLS > 0).
 """
 
 from __future__ import annotations
@@ -137,3 +144,63 @@ class Scores:
             for k in keys
         }
         return out
+
+
+ITEM_NAME_ANLS = 0.8  # a matched item counts when its name's ANLS is at least this (and its price is exact)
+
+
+def match_items(pred: list[dict], gold: list[dict], name: str = "name", price: str | None = "price",
+                threshold: float = 0.5) -> list[tuple[int, int, float]]:
+    """(predicted index, gold index, name ANLS) of the one-to-one matching of items that maximises the
+    summed name ANLS (prices equal break ties); only pairs whose names have ANLS > 0."""
+    if not pred or not gold:
+        return []
+    sim = np.array([[anls_score(p.get(name), g.get(name), threshold) for g in gold] for p in pred])
+    tie = np.array([[float(price is not None and _same(p.get(price), g.get(price))) for g in gold] for p in pred])
+    rows, cols = linear_sum_assignment(sim + 1e-3 * tie, maximize=True)
+    return [(int(r), int(c), float(sim[r, c])) for r, c in zip(rows, cols) if sim[r, c] > 0]
+
+
+def _same(a, b) -> bool:
+    return normalize(a) == normalize(b)
+
+
+@dataclass
+class ItemScores:
+    """Accumulates the items of one list over documents (see the module docstring)."""
+
+    fields: tuple[str, ...]
+    threshold: float = 0.5
+    tp: int = 0
+    n_pred: int = 0
+    n_gold: int = 0
+    n_docs: int = 0
+    n_matched: int = 0
+    anls_sum: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    @property
+    def name(self) -> str:
+        return "name" if "name" in self.fields else self.fields[0]
+
+    def add(self, pred: list[dict] | None, gold: list[dict] | None) -> int:
+        """Score one document's items; returns its true positives."""
+        pred, gold = list(pred or []), list(gold or [])
+        price = "price" if "price" in self.fields else None
+        tp = 0
+        for i, j, sim in match_items(pred, gold, self.name, price, self.threshold):
+            p, g = pred[i], gold[j]
+            tp += sim >= ITEM_NAME_ANLS and (price is None or _same(p.get(price), g.get(price)))
+            self.n_matched += 1
+            for f in self.fields:
+                self.anls_sum[f] += anls_score(p.get(f), g.get(f), self.threshold)
+        self.tp += tp
+        self.n_pred += len(pred)
+        self.n_gold += len(gold)
+        self.n_docs += 1
+        return tp
+
+    def summary(self) -> dict:
+        m = self.n_matched
+        return dict(prf(self.tp, self.n_pred, self.n_gold), tp=self.tp, n_pred=self.n_pred, n_gold=self.n_gold,
+                    n_docs=self.n_docs, n_matched=m,
+                    per_field={f: (self.anls_sum[f] / m if m else 0.0) for f in self.fields})

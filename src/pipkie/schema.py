@@ -7,6 +7,14 @@ optional budget: `max_tokens` (how many mask slots its value gets, the longest v
 or `max_chars` (the longest value in characters, JSON schema's `maxLength`; the model's tokenizer
 turns it into slots, `TemplateBuilder.budget`, since characters per token depend on the tokenizer:
 SmolLM2's writes one token per digit).
+
+A `Group` is a list of objects that share their fields (line items: `items: list[Item]`), decoded
+in one pass like the flat keys (`pipkie.groups`). It comes from a JSON-schema array of objects
+(`{"type": "array", "items": {"type": "object", "properties": …}, "maxItems": 30}`, pydantic's
+`list[Item]` with `$ref`s resolved), from `Group` objects, or from the shorthand
+`"company,total,items[name,quantity,price]"`. `max_items` (`maxItems`) is how many items the
+template has room for (None: the template builder's default, `pipkie.groups.items_budget`). One
+level only: an item's fields are strings.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ MAX_KEY_CHARS = 64
 MAX_VALUE_TOKENS = 256
 MAX_VALUE_CHARS = 1024
 MAX_DESCRIPTION_CHARS = 200
+MAX_ITEMS = 128  # most items (groups) a list's template may have
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]*$")
 
 
@@ -56,29 +65,68 @@ class Key:
 
 
 @dataclass(frozen=True)
-class KeySchema:
-    keys: tuple[Key, ...]
+class Group:
+    """A list of objects with the same fields (line items), e.g. items[name, quantity, price]."""
+
+    name: str
+    fields: tuple[Key, ...]
+    max_items: int | None = None  # items the template has room for; None: the builder's default
 
     def __post_init__(self):
-        if not self.keys:
+        name = Key(self.name).name  # the same rules as a key's name
+        object.__setattr__(self, "name", name)
+        fields = tuple(self.fields)
+        if not fields:
+            raise SchemaError(f"list {name!r} has no fields: give them as {name}[name,price]")
+        if not all(isinstance(f, Key) for f in fields):
+            raise SchemaError(f"list {name!r}: its fields must be keys")
+        names = [f.name for f in fields]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice:
+            raise SchemaError(f"list {name!r}: field {twice!r} is given twice")
+        object.__setattr__(self, "fields", fields)
+        m = self.max_items
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_ITEMS):
+            raise SchemaError(f"list {name!r}: maxItems must be an integer between 1 and {MAX_ITEMS}, got {m!r}")
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+
+@dataclass(frozen=True)
+class KeySchema:
+    """Flat keys (`keys`, what iterating the schema yields) and lists of objects (`groups`)."""
+
+    keys: tuple[Key, ...]
+    groups: tuple[Group, ...] = ()
+
+    def __post_init__(self):
+        if not self.keys and not self.groups:
             raise SchemaError("the key list is empty: give at least one key to extract")
-        if len(self.keys) > MAX_KEYS:
-            raise SchemaError(f"{len(self.keys)} keys given (at most {MAX_KEYS})")
+        if len(self) > MAX_KEYS:
+            raise SchemaError(f"{len(self)} keys given (at most {MAX_KEYS})")
         seen = set()
-        for k in self.keys:
+        for k in (*self.keys, *self.groups):
             if k.name in seen:
                 raise SchemaError(f"key {k.name!r} is given twice")
             seen.add(k.name)
 
     @property
     def names(self) -> list[str]:
+        """The flat keys' names."""
         return [k.name for k in self.keys]
+
+    @property
+    def group_names(self) -> list[str]:
+        return [g.name for g in self.groups]
 
     def __iter__(self):
         return iter(self.keys)
 
     def __len__(self):
-        return len(self.keys)
+        """Flat keys plus the fields of every list (what a key limit counts)."""
+        return len(self.keys) + sum(len(g.fields) for g in self.groups)
 
     @classmethod
     def parse(cls, spec: Any) -> "KeySchema":
@@ -92,7 +140,7 @@ class KeySchema:
             except json.JSONDecodeError as e:
                 raise SchemaError(f"{spec}: not JSON ({e.msg})") from e
         if isinstance(spec, str):
-            return cls.from_names(spec.split(","))
+            return cls.from_names(split_keys(spec))
         if isinstance(spec, dict):
             return cls.from_json_schema(spec)
         if isinstance(spec, type) and hasattr(spec, "model_json_schema"):
@@ -103,35 +151,41 @@ class KeySchema:
 
     @classmethod
     def from_names(cls, names: list) -> "KeySchema":
-        keys = []
+        """Keys and Groups, or names: "total", or a list "items[name,price]"."""
+        keys, groups = [], []
         for n in names:
             if isinstance(n, Key):
                 keys.append(n)
+            elif isinstance(n, Group):
+                groups.append(n)
+            elif isinstance(n, str) and ("[" in n or "]" in n):
+                groups.append(parse_group(n))
             elif isinstance(n, str):
                 keys.append(Key(n))
             else:
                 raise SchemaError(f"a key must be a string, got {type(n).__name__}")
-        return cls(tuple(keys))
+        return cls(tuple(keys), tuple(groups))
 
     @classmethod
     def from_json_schema(cls, schema: dict) -> "KeySchema":
-        """Flat object schema: every property a string (or nullable string). `maxLength` is kept as
-        characters (`Key.max_chars`; the template builder turns it into slots with the model's
-        tokenizer); `x-max-tokens` sets the slots directly."""
-        props = schema.get("properties")
-        if not isinstance(props, dict):
-            raise SchemaError("a JSON schema needs an object with 'properties'")
-        keys = []
-        for name, p in props.items():
-            types = _types(p)
-            if not types <= {"string", "null"} or "string" not in types:
-                raise SchemaError(f"field {name!r} must be a string (flat schemas only), got {sorted(types) or p}")
-            budget, chars = p.get("x-max-tokens"), p.get("maxLength")
-            for what, v in (("x-max-tokens", budget), ("maxLength", chars)):
-                if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-                    raise SchemaError(f"field {name!r}: {what} must be an integer, got {v!r}")
-            keys.append(Key(name, p.get("description"), budget, None if budget is not None else chars))
-        return cls(tuple(keys))
+        """Object schema: every property a string (or nullable string), or an array of objects whose
+        properties are strings (a `Group`; `maxItems` its item budget; `$ref`s into `$defs` are
+        followed, as pydantic writes `list[Item]`). `maxLength` is kept as characters
+        (`Key.max_chars`; the template builder turns it into slots with the model's tokenizer);
+        `x-max-tokens` sets the slots directly."""
+        keys, groups = [], []
+        for name, p in _properties(schema, schema, "a JSON schema").items():
+            array = _array_items(p, schema)
+            if array is None:
+                keys.append(_string_key(name, p, schema))
+                continue
+            items, max_items = array
+            fields = [_string_key(f, fp, schema, inside=name)
+                      for f, fp in _properties(items, schema, f"list {name!r}").items()]
+            if max_items is not None and (isinstance(max_items, bool) or not isinstance(max_items, int)):
+                raise SchemaError(f"list {name!r}: maxItems must be an integer, got {max_items!r}")
+            groups.append(Group(name, tuple(fields), max_items))
+        return cls(tuple(keys), tuple(groups))
 
 
 def _types(prop: dict) -> set[str]:
@@ -139,4 +193,88 @@ def _types(prop: dict) -> set[str]:
         t = prop["type"]
         return set(t) if isinstance(t, list) else {t}
     options = prop.get("anyOf") or prop.get("oneOf") or []
-    return {t for o in options for t in _types(o)}
+    return {t for o in options if isinstance(o, dict) for t in _types(o)}
+
+
+def _resolve(prop, root: dict, depth: int = 0):
+    """`prop` with a local `$ref` ("#/$defs/Item", "#/definitions/Item") replaced by its target."""
+    while isinstance(prop, dict) and isinstance(prop.get("$ref"), str):
+        ref = prop["$ref"]
+        parts = ref.removeprefix("#/").split("/") if ref.startswith("#/") else None
+        target = root
+        for part in parts or [None]:
+            target = target.get(part) if isinstance(target, dict) and part is not None else None
+        if not isinstance(target, dict) or depth > 8:
+            raise SchemaError(f"cannot follow $ref {ref!r} (only local references into $defs are read)")
+        prop, depth = target, depth + 1
+    return prop
+
+
+def _properties(schema, root: dict, what: str) -> dict:
+    schema = _resolve(schema, root)
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(props, dict):
+        raise SchemaError(f"{what} needs an object with 'properties'")
+    bad = next((n for n, p in props.items() if not isinstance(p, dict)), None)
+    if bad is not None:
+        raise SchemaError(f"{what}: property {str(bad)[:64]!r} must be an object (e.g. {{\"type\": \"string\"}})")
+    return props
+
+
+def _array_items(prop: dict, root: dict) -> tuple[dict, int | None] | None:
+    """(item schema, maxItems) when the property is an array (or a nullable one), else None."""
+    options = [prop] + [o for o in (prop.get("anyOf") or prop.get("oneOf") or []) if isinstance(o, dict)]
+    for o in (_resolve(o, root) for o in options):
+        types = o.get("type")
+        if types == "array" or (isinstance(types, list) and "array" in types):
+            items = o.get("items")
+            if not isinstance(items, dict):
+                raise SchemaError("an array property needs 'items': an object with 'properties'")
+            return _resolve(items, root), o.get("maxItems", prop.get("maxItems"))
+    return None
+
+
+def _string_key(name: str, p: dict, root: dict, inside: str | None = None) -> Key:
+    p = _resolve(p, root)
+    types = _types(p)
+    where = f"list {inside!r}: field {name!r}" if inside else f"field {name!r}"
+    if not types <= {"string", "null"} or "string" not in types:
+        shape = "an item's fields are strings: one level of lists" if inside else \
+            "or an array of objects with string fields"
+        raise SchemaError(f"{where} must be a string ({shape}), got {sorted(map(str, types)) or p}")
+    budget, chars = p.get("x-max-tokens"), p.get("maxLength")
+    for what, v in (("x-max-tokens", budget), ("maxLength", chars)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise SchemaError(f"{where}: {what} must be an integer, got {v!r}")
+    return Key(name, p.get("description"), budget, None if budget is not None else chars)
+
+
+_GROUP = re.compile(r"^\s*([^\[\]]+?)\s*\[([^\[\]]*)\]\s*$")
+
+
+def split_keys(spec: str) -> list[str]:
+    """ "a, b, items[name,price]" -> ["a", "b", "items[name,price]"]: commas inside brackets do not split."""
+    parts, depth, cur = [], 0, ""
+    for c in spec:
+        depth += (c == "[") - (c == "]")
+        if depth < 0:
+            raise SchemaError(f"{spec[:80]!r}: a ']' closes no '['")
+        if c == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += c
+    if depth:
+        raise SchemaError(f"{spec[:80]!r}: a '[' is not closed (write a list as items[name,price])")
+    return parts + [cur]
+
+
+def parse_group(spec: str) -> Group:
+    """ "items[name, quantity, price]" -> Group("items", (name, quantity, price))."""
+    m = _GROUP.match(spec)
+    if not m:
+        raise SchemaError(f"{spec[:80]!r} is not a list of fields: write it as items[name,price] (one level)")
+    fields = [f.strip() for f in m.group(2).split(",")]
+    if not any(fields):
+        raise SchemaError(f"list {m.group(1)!r} has no fields: give them as {m.group(1)}[name,price]")
+    return Group(m.group(1), tuple(Key(f) for f in fields))

@@ -68,9 +68,12 @@ class DocumentTooLong(ValueError):
 
 @dataclass
 class FieldSlots:
-    key: str
+    key: str  # a flat key's name; for a list's field "items[2].name" (pipkie.groups)
     start: int  # index in input_ids of the first value slot
     length: int  # number of slots (the key's budget)
+    group: str | None = None  # the list (Group) a field of an item belongs to
+    item: int = -1  # its item, from 0
+    field: str | None = None  # its field's name
 
 
 @dataclass
@@ -167,7 +170,10 @@ class TemplateBuilder:
     def header(self, key: Key | str) -> list[int]:
         """`"\n" name ":"`, or `"\n" name " (" description "):"` for a key with a description: PIP's
         header of a field (what its slots read to know what to find)."""
-        text = header_text(key)
+        return self.cached_ids(header_text(key))
+
+    def cached_ids(self, text: str) -> list[int]:
+        """The tokens of a template piece (a header), tokenized once."""
         if text not in self._headers:
             self._headers[text] = self._ids(text)
         return self._headers[text]
@@ -209,8 +215,14 @@ class TemplateBuilder:
         return None if not text or text == UNKNOWN else text
 
     def key_list(self, schema: KeySchema) -> list[int]:
-        """The AR prompt's list of requested keys (PIP's template names them already)."""
-        return self._ids("\nkeys: " + ", ".join(header_text(k)[1:-1] for k in schema))
+        """The AR prompt's list of requested keys (PIP's template names them already); lists as
+        `items[name, price]`."""
+        text = ", ".join(header_text(k)[1:-1] for k in schema)
+        if schema.groups:
+            from pipkie.groups import key_list_text
+
+            text = (text + key_list_text(schema)).removeprefix(", ")
+        return self._ids("\nkeys: " + text)
 
     def document_ids(self, text: str) -> list[int]:
         """The document's tokens. With `copy`, every line starts with a space, so a word at the
@@ -281,7 +293,7 @@ class TemplateBuilder:
         if room < 1:
             raise DocumentTooLong(
                 f"the answer template needs {reserved} tokens; with max_length={self.max_length} no room is left "
-                "for the document (fewer keys or smaller budgets)"
+                "for the document (fewer keys, smaller budgets or a smaller maxItems)"
             )
         cut = max(0, len(doc) - room)
         kept, seam = list(range(len(doc))), None
@@ -308,7 +320,12 @@ class TemplateBuilder:
 
     # -- PIP -------------------------------------------------------------------------------
     def template_length(self, schema: KeySchema) -> int:
-        return sum(len(self.header(k)) + self.budget(k) for k in schema)
+        n = sum(len(self.header(k)) + self.budget(k) for k in schema)
+        if schema.groups:
+            from pipkie.groups import template_length
+
+            n += template_length(self, schema)
+        return n
 
     def pip(self, text: str, schema: KeySchema, values: Mapping[str, str | None] | None = None,
             image: list[int] | None = None) -> Encoded:
@@ -325,7 +342,8 @@ class TemplateBuilder:
         return self.slot_ids[min(j, len(self.slot_ids) - 1)] if self.slot_ids else self.mask_id
 
     def pip_block(self, schema: KeySchema, values=None, offset: int = 0):
-        """The template alone, to follow a prefix of length `offset`: ids, slots, targets, block ids."""
+        """The template alone, to follow a prefix of length `offset`: ids, slots, targets, block ids.
+        A schema's lists (groups) follow its flat fields (pipkie.groups)."""
         ids, targets, blocks, slots = [], [], [], []
         for i, k in enumerate(schema):
             h, b = self.header(k), self.budget(k)
@@ -335,19 +353,33 @@ class TemplateBuilder:
             if values is not None:
                 v = self.value_ids(values.get(k.name), b)
                 targets += [IGNORE] * len(h) + v + [self.end_id] * (b - len(v))
+        if schema.groups:
+            from pipkie.groups import pip_groups
+
+            g_ids, g_slots, g_targets, g_blocks = pip_groups(self, schema, values, offset + len(ids))
+            ids, slots, targets, blocks = ids + g_ids, slots + g_slots, targets + g_targets, blocks + g_blocks
         return ids, slots, targets, blocks
 
     # -- AR --------------------------------------------------------------------------------
     def ar_reserved(self, schema: KeySchema) -> int:
         """Tokens after the document: key list, <|pip_answer|>, headers + budgets + one end token per
         field, eos."""
-        return len(self.key_list(schema)) + 1 + sum(len(self.answer_header(k)) + self.budget(k) + 1 for k in schema) + 1
+        n = len(self.key_list(schema)) + 1 + sum(len(self.answer_header(k)) + self.budget(k) + 1 for k in schema) + 1
+        if schema.groups:
+            from pipkie.groups import ar_reserved
+
+            n += ar_reserved(self, schema)
+        return n
 
     def ar_answer(self, schema: KeySchema, values: Mapping[str, str | None]) -> list[int]:
         """The answer an AR model writes after <|pip_answer|> (its training target)."""
         ids = []
         for k in schema:
             ids += self.answer_header(k) + self.value_ids(values.get(k.name), self.budget(k)) + [self.end_id]
+        if schema.groups:
+            from pipkie.groups import ar_answer
+
+            ids += ar_answer(self, schema, values)
         return ids + [self.eos_id]
 
     def ar_prompt(self, text: str, schema: KeySchema) -> Encoded:

@@ -16,6 +16,11 @@ total printed twice, is kept once), except the per-product classes in
 `multi_valued` (`prod_item`, `prod_quantity`, `prod_price` by default), which keep one value per
 visual line, in reading order. With `keys="sroie"` only the four SROIE fields are emitted, renamed by
 `SROIE_KEYS`. Document ids are the image path without `image_files/` and extension, `/` -> `_`.
+
+Line items (`keys="all"`): the product classes also become the parallel fields `items.name`,
+`items.quantity`, `items.price` of `pipkie.data.receipts` ("" where a line has no such box), one
+item per visual line of product boxes (`items_of`), so that `items[name, quantity, price]` can be
+trained and scored on WildReceipt.
 """
 
 from __future__ import annotations
@@ -36,6 +41,39 @@ SROIE_KEYS = {
     "Total_value": "total",
 }
 MULTI_VALUED = ("prod_item", "prod_quantity", "prod_price")
+ITEM_CLASSES = {"prod_item": "name", "prod_quantity": "quantity", "prod_price": "price"}
+
+
+def items_of(by_key: dict[str, list[Word]]) -> list[dict[str, str]]:
+    """Line items from the product boxes: the visual lines (`reading_order_lines`) of every
+    prod_item / prod_quantity / prod_price box, one item per line, each class's boxes on the line
+    joined by spaces. A line with a price but no name after a line with a name but no price is the
+    second line of that item (`Name` / `2 @ 3.00   6.00`); a line with a quantity alone goes with the
+    next line."""
+    words = [(w, field) for key, field in ITEM_CLASSES.items() for w in by_key.get(key, [])]
+    if not words:
+        return []
+    field_of = {id(w): f for w, f in words}
+    items: list[dict[str, str]] = []
+    carry: dict[str, list[str]] = {}
+    for line in reading_order_lines([w for w, _ in words]):
+        parts = dict(carry)
+        carry = {}
+        for w in line:
+            parts.setdefault(field_of[id(w)], []).append(w.text)
+        item = {f: " ".join(parts.get(f, [])) for f in ITEM_CLASSES.values()}
+        if not item["name"] and not item["price"]:
+            carry = parts  # a quantity alone: the next line's
+            continue
+        last = items[-1] if items else None
+        if last and not item["name"] and last["name"] and not last["price"] and not (item["quantity"] and last["quantity"]):
+            last["price"] = item["price"]
+            last["quantity"] = last["quantity"] or item["quantity"]
+            continue
+        items.append(item)
+    if carry:
+        items.append({f: " ".join(carry.get(f, [])) for f in ITEM_CLASSES.values()})
+    return items
 
 
 def read_class_list(path: Path) -> dict[int, str]:
@@ -91,6 +129,9 @@ def _parse_record(rec: dict, classes: dict[int, str], keys: str, multi_valued) -
         lines = [" ".join(w.text for w in line) for line in reading_order_lines(ws)]
         # A value printed twice (a date in the header and the footer) is kept once.
         fields[key] = lines if key in multi_valued else [" ".join(dict.fromkeys(lines))]
+    items = items_of(by_key) if keys == "all" else []
+    for f in ITEM_CLASSES.values() if items else ():
+        fields[f"items.{f}"] = [it[f] for it in items]
     return words, (int(width), int(height)), fields
 
 

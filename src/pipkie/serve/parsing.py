@@ -170,6 +170,9 @@ def parse_keys(keys: Any, schema: Any, max_keys: int, default: list[str]) -> Key
         raise invalid(f"bad keys: {e}", "invalid_keys") from None
     if len(ks) > max_keys:
         raise invalid(f"{len(ks)} keys given (at most {max_keys})", "invalid_keys")
+    if ks.groups:
+        raise invalid(f"lists of items ({', '.join(ks.group_names)}) are not served yet: extract them with "
+                      "`pipkie extract` or the Python API", "invalid_keys")
     return ks
 
 

@@ -30,6 +30,7 @@ class TrainConfig:
     mixture: list[dict] = field(default_factory=list)
     key_variation: float = 0.5  # mixture: chance a key is renamed (synonym, casing: pipkie.train.keys)
     describe: float = 0.2  # mixture: chance a key carries a description in the template
+    items: float = 0.0  # mixture: share of templates asking for line items (items[...]) where a document has them
     budgets: dict[str, int] = field(default_factory=lambda: {"company": 20, "date": 8, "address": 40, "total": 6})
     default_budget: int = 16
     max_length: int = 1024

@@ -7,9 +7,11 @@ k > 0 = answer block k) and the (position -> target) pairs that carry the loss.
   order and subset of the keys (plus, sometimes, an absent key answering `unknown`), each
   positioned right after the prefix and isolated from the other blocks, so every block is trained
   exactly as it is decoded. With probability `reveal` part of a block's answer is shown in place
-  of its masks (the situation of a refinement pass).
+  of its masks (the situation of a refinement pass). A template with a list of items
+  (`pipkie.groups`) brings its chain of group blocks; the chains of two templates are kept apart
+  by an unused block id between them.
 - AR baseline (`ar`): the same document and the same templates, each block being the key list,
-  `<|pip_answer|>` and the answer written out causally.
+  `<|pip_answer|>` and the answer written out causally (items in the same layout as PIP's).
 - Stage 1 (`mask`): the document's tail becomes a block whose tokens are masked at a ratio drawn
   per sample (masked-diffusion style) and reconstructed, attending to the causal head of the
   document and bidirectionally within the block.
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pipkie.attention import GROUP_BLOCK
 from pipkie.copyhead import FieldSpan
 from pipkie.schema import Key, KeySchema
 from pipkie.template import IGNORE, TemplateBuilder
@@ -65,11 +68,11 @@ def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list
     inst = Instance(list(prefix), list(range(n)), [0] * n, [IGNORE] * n)
     if builder.copy and objective == "pip":
         inst.stream = builder.copy_stream(prefix, *builder.document_span(n))
-    next_block = 1
+    next_block, next_group = 1, 0  # flat blocks count from 1, group blocks from GROUP_BLOCK + 1
     for b, schema in enumerate(schemas, start=1):
         if objective == "pip":
             ids, slots, targets, blocks = builder.pip_block(schema, values, offset=len(inst.ids))
-            blocks = [next_block - 1 + x for x in blocks]
+            blocks = [x + next_group if x > GROUP_BLOCK else next_block - 1 + x for x in blocks]
             if builder.copy:  # the copy loss needs every slot's target: nothing is revealed
                 inst.fields += [list(range(f.start, f.start + f.length)) for f in slots]
             elif rng.random() < reveal:
@@ -86,7 +89,9 @@ def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list
         inst.ids += ids
         inst.pos += list(range(n, n + len(ids)))
         inst.block += blocks
-        next_block = max(blocks) + 1
+        flat, chain = [x for x in blocks if x <= GROUP_BLOCK], [x for x in blocks if x > GROUP_BLOCK]
+        next_block = max(flat) + 1 if flat else next_block
+        next_group = max(chain) + 1 - GROUP_BLOCK if chain else next_group  # one unused id before the next chain
         inst.targets += targets
     return inst
 

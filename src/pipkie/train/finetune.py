@@ -137,7 +137,7 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
     PIP and AR runs of one config draw the very same documents and templates at every step (the
     batch is a function of seed and step, and no draw depends on the objective), so the AR baseline
     is trained on exactly what the PIP model is."""
-    from pipkie.train.mixture import Mixture, templates
+    from pipkie.train.mixture import Mixture, item_share, templates
 
     mixture = Mixture.from_config(cfg.mixture, seed=cfg.seed)
     corpus = [serialize(d) for s in mixture.sources if s.docs for d in s.docs[:200]]
@@ -154,15 +154,18 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
         insts = []
         for _ in range(cfg.batch_size):
             source, doc = mixture.draw(rng)
+            text = serialize(doc)
+            room = builder.document_room(len(builder.document_ids(text))) if item_share(source, cfg.items) else None
             pairs = templates(source, doc, rng, n_blocks, value_len=value_len, key_dropout=cfg.key_dropout,
-                              absent=cfg.absent_keys, variation=cfg.key_variation, describe=cfg.describe)
+                              absent=cfg.absent_keys, variation=cfg.key_variation, describe=cfg.describe,
+                              items=cfg.items, item_room=room)
             values: dict = {}
             schemas = []
             for schema, vals in pairs:  # a name bound to another value in an earlier block: drop the block
                 if all(values.get(k, v) == v for k, v in vals.items()):
                     values.update(vals)
                     schemas.append(schema)
-            insts.append(kv_instance(builder, serialize(doc), values, schemas, objective=cfg.objective, rng=rng,
+            insts.append(kv_instance(builder, text, values, schemas, objective=cfg.objective, rng=rng,
                                      reveal=cfg.reveal))
         return collate(insts, builder.pad_id, end_id=builder.end_id)
 

@@ -156,3 +156,68 @@ def sample_schemas(fields: dict[str, str], rng: random.Random, n: int, *, absent
             values[name] = value
         out.append((KeySchema(tuple(keys)), values))
     return out
+
+
+# ---- lists of items (pipkie.groups) ---------------------------------------------------------------
+ITEM_FIELDS = ("name", "quantity", "unit_price", "price")  # = pipkie.data.receipts.ITEM_FIELDS
+LIST_NAMES = ("items", "line items", "products", "lines", "articles", "purchases", "order lines", "positions")
+ITEM_ALIASES: dict[str, tuple[str, ...]] = {
+    "name": ("name", "description", "product", "item", "item name", "article", "product name"),
+    "quantity": ("quantity", "qty", "count", "units", "amount ordered"),
+    "unit_price": ("unit price", "unit_price", "price each", "unit cost", "rate"),
+    "price": ("price", "amount", "line total", "total price", "cost"),
+}
+ITEM_BASE_BUDGETS = {"name": 16, "quantity": 6, "unit_price": 10, "price": 10}
+MAX_TEMPLATE_ITEMS = 48
+
+
+def document_items(fields: dict[str, list[str]]) -> list[dict[str, str | None]]:
+    """A document's line items from its parallel `items.<field>` lists ("" -> None: not printed)."""
+    n = len(fields.get("items.name") or [])
+    cols = {f: fields.get(f"items.{f}") or [] for f in ITEM_FIELDS if f"items.{f}" in fields}
+    return [{f: (v[i] if i < len(v) else "") or None for f, v in cols.items()} for i in range(n)]
+
+
+def sample_item_schema(fields: dict[str, str | None], items: list[dict], rng: random.Random, *, room: int,
+                       value_len, variation: float = 0.5, describe: float = 0.2, key_dropout: float = 0.3,
+                       absent: float = 0.5, absent_pool: tuple[str, ...] = ()):
+    """One (schema, values) template that asks for the document's line items: a list named like a
+    user would (`LIST_NAMES`, fields from `ITEM_ALIASES`; the item's name is nearly always asked for
+    and first most of the time, since a list's first field says "no more items"), with half the time
+    a few flat keys (`sample_schemas`). The list's maxItems is the number of items or a few more (so
+    that surplus groups learn to say "no more items"), cut to what fits in `room` template tokens
+    (`value_len` counts tokens; then only the first items are targets)."""
+    from pipkie.schema import Group
+
+    flat, flat_values = (), {}
+    if rng.random() < 0.5:
+        (schema, flat_values), = sample_schemas(fields, rng, 1, absent_pool=absent_pool, variation=variation,
+                                                describe=describe, key_dropout=key_dropout, absent=absent,
+                                                max_keys=3, value_len=value_len)
+        flat = schema.keys
+    have = [f for f in ITEM_FIELDS if items and f in items[0]]
+    chosen = [f for f in have if f != "name" and rng.random() < 0.6]
+    if "name" in have and (rng.random() < 0.95 or not chosen):
+        chosen.insert(0 if rng.random() < 0.8 else rng.randrange(len(chosen) + 1), "name")
+    if not chosen:
+        chosen = have[:1]
+    list_name = styled(rng.choice(LIST_NAMES), rng) if rng.random() < variation else "items"
+    if list_name.lower() in {k.name.lower() for k in flat}:
+        list_name = "line_items_list"
+    keys, names = [], {}
+    for canonical in chosen:
+        name = styled(rng.choice(ITEM_ALIASES[canonical]), rng) if rng.random() < variation else canonical
+        if name.lower() in {k.name.lower() for k in keys}:
+            name = canonical
+        lens = [value_len(it[canonical]) + 1 for it in items if it.get(canonical)]
+        base = ITEM_BASE_BUDGETS[canonical]
+        budget = min(MAX_BUDGET, max([rng.choice((base, base, int(base * 1.5)))] + lens))
+        keys.append(Key(name, None, budget))
+        names[canonical] = name
+    k = min(MAX_TEMPLATE_ITEMS, len(items) + rng.choice((0, 1, 1, 2, 3, 5, 8)))
+    flat_len = sum(value_len(key.name) + 2 + (key.max_tokens or DEFAULT_BUDGET) for key in flat)
+    per_item = sum(value_len(f"{list_name} {k} {key.name}:") + 1 + key.max_tokens for key in keys)
+    k = max(1, min(k, (room - flat_len) // per_item))
+    values = dict(flat_values)
+    values[list_name] = [{names[c]: it.get(c) for c in chosen} for it in items]
+    return KeySchema(tuple(flat), (Group(list_name, tuple(keys), k),)), values

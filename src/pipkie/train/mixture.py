@@ -17,7 +17,10 @@ Every source except `self` is key/value supervised (its documents' fields, under
 words of the document as the key, the words that follow as the value), which teach "find this
 place and copy what follows" on real OCR output. `absent_pool` lists the keys a source's documents
 may lack (answered `unknown`). Optional per source: `variation` (key renaming probability),
-`limit`, `noise` (OCR character noise for generated sources).
+`limit`, `noise` (OCR character noise for generated sources), `items` (the share of its templates
+that ask for the line items of documents that have them, `items[name, quantity, price]`-style lists:
+`pipkie.groups`; default `TrainConfig.items`, 0). With no share of items, no draw changes: a
+mixture trains on exactly the batches it did before lists existed.
 
 Synthetic documents are generated lazily and cached by index (document i depends only on the seed
 and i), so a run of any length draws from the same fixed set. Test splits are refused.
@@ -29,7 +32,7 @@ import random
 from dataclasses import dataclass, field
 
 from pipkie.document import Document
-from pipkie.train.keys import sample_schemas
+from pipkie.train.keys import document_items, sample_item_schema, sample_schemas
 
 GENERATED = ("world_receipts", "invoices", "forms", "receipts_my")
 
@@ -109,14 +112,30 @@ class Mixture:
         return s, s.get(rng.randrange(s.n), self.seed + 1)
 
 
+def item_share(source: Source, default: float = 0.0) -> float:
+    """The share of a source's templates that ask for line items (its `items` option, else `default`)."""
+    return float(source.options.get("items", default)) if source.supervised else 0.0
+
+
 def templates(source: Source, doc: Document, rng: random.Random, n: int, *, value_len, key_dropout: float,
-              absent: float, variation: float = 0.5, describe: float = 0.2):
-    """n (schema, values) answer templates for one drawn document (see the module docstring)."""
+              absent: float, variation: float = 0.5, describe: float = 0.2, items: float = 0.0,
+              item_room: int | None = None):
+    """n (schema, values) answer templates for one drawn document (see the module docstring).
+    `items`: the default share of item templates (`item_share`); `item_room`: template tokens that fit
+    next to this document (needed when the share is above 0 and the document has items)."""
     if source.supervised:
         fields = {k: doc.value(k) for k in doc.fields if not k.startswith("items.")}
-        return sample_schemas(fields, rng, n, absent_pool=tuple(source.options.get("absent_pool", ())),
-                              variation=float(source.options.get("variation", variation)), describe=describe,
-                              key_dropout=key_dropout, absent=absent, value_len=value_len)
+        kw = dict(absent_pool=tuple(source.options.get("absent_pool", ())),
+                  variation=float(source.options.get("variation", variation)), describe=describe,
+                  key_dropout=key_dropout, absent=absent, value_len=value_len)
+        share = item_share(source, items)
+        lines = document_items(doc.fields) if share > 0 else []
+        if not lines:  # the only path without a share of items: the draws of the flat templates alone
+            return sample_schemas(fields, rng, n, **kw)
+        if item_room is None:
+            raise ValueError("item templates need item_room (the template tokens that fit next to the document)")
+        return [sample_item_schema(fields, lines, rng, room=item_room, **kw) if rng.random() < share
+                else sample_schemas(fields, rng, 1, **kw)[0] for _ in range(n)]
     return span_templates(doc, rng, n, value_len=value_len)
 
 

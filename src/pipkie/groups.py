@@ -1,0 +1,234 @@
+"""Lists of objects (line items) in one pass: the group template, for PIP and the AR baseline.
+
+A `Group` of the schema (`pipkie.schema`, e.g. `items[name, quantity, price]`) becomes K *group
+blocks* after the flat fields, one per item, K = `items_budget` (the schema's `maxItems`, else
+`DEFAULT_ITEMS` or fewer, as many as fit in `ITEMS_SHARE` of the context). Group i (from 0) holds
+every field of item i, each with its own header that names the item's number (from 1) and the
+field, then the field's slots:
+
+    … flat fields …  "\\nitems 1 name:" ▢▢▢▢  "\\nitems 1 price:" ▢▢▢  "\\nitems 2 name:" ▢▢▢▢ …
+
+- Targets: the items in document (line) order, item i in group i; an empty column answers
+  `unknown` as an absent flat key does. A group past the last item says "no more items": every slot
+  of every field answers `<|pip_end|>`, so its first field's first slot is `<|pip_end|>`, which no
+  real value starts with; decoding keeps the groups before the first such one (`collect`). More
+  items than K: the first K are the targets (the list is cut; `ItemsResult.truncated`).
+- Attention (`pipkie.attention.previous_group`): a group block is bidirectional within itself, sees
+  the document and the previous group block, and nothing else (not the flat fields, not later
+  groups). Seeing group i − 1 is how group i knows which line the list has reached, so that two
+  groups do not take the same line; through the layers, information flows further down the chain.
+  Group blocks have block ids from `GROUP_BLOCK` + 1 on (one per group, consecutive); a block id
+  one below a group's is its previous group. Templates packed after one document in training leave
+  one id unused between their runs of groups, so no template's first group sees another's last.
+- Copy head: every field of every group is one more field with slots (`FieldSlots` with `group`,
+  `item` and `field` set), pointing into the document like a flat field.
+- AR (the baseline writes the list in the same layout): after the flat answers, item i's fields as
+  `"\\nitems i name:" value <|pip_end|>`, …, and after the last item, the first header of the next
+  item closed at once by `<|pip_end|>` (the "no more items" signal; none when all K items are
+  written). Forced decoding writes the headers and stops a list when a first field is closed at
+  once; free decoding parses the headers the model writes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from pipkie.attention import GROUP_BLOCK  # block ids above it are group blocks (attention.previous_group)
+from pipkie.schema import Group, Key, KeySchema
+
+DEFAULT_ITEMS = 24  # items of a list without maxItems, when they fit
+ITEMS_SHARE = 0.5  # a list without maxItems gets at most this share of the context
+# slots of an item's field without a budget of its own (by name; else the builder's default)
+ITEM_BUDGETS = {"name": 16, "description": 24, "product": 16, "item": 16, "quantity": 6, "qty": 6,
+                "unit_price": 10, "unit price": 10, "price": 10, "amount": 10, "total": 10}
+
+
+def header_text(group: Group, i: int, key: Key, description: bool = True) -> str:
+    """The header before field `key` of item i (from 0): "\\nitems 3 name:" (+ " (description)")."""
+    desc = f" ({key.description})" if description and key.description else ""
+    return f"\n{group.name} {i + 1} {key.name}{desc}:"
+
+
+def field_budget(builder, group: Group, key: Key) -> int:
+    """Slots of an item field: its max_tokens / max_chars, else the model's budget for
+    "group.field", else `ITEM_BUDGETS`, else the builder's default."""
+    if key.max_tokens:
+        return key.max_tokens
+    if key.max_chars:
+        return builder.chars_budget(key.max_chars)
+    return builder.budgets.get(f"{group.name}.{key.name}", ITEM_BUDGETS.get(key.name, builder.default_budget))
+
+
+def item_length(builder, group: Group, i: int) -> int:
+    """Template tokens of item i of a list (its fields' headers and slots)."""
+    return sum(len(builder.cached_ids(header_text(group, i, k))) + field_budget(builder, group, k) for k in group.fields)
+
+
+def items_budgets(builder, schema: KeySchema) -> list[int]:
+    """K per group: its max_items, else `DEFAULT_ITEMS`, fewer when the template would take more than
+    `ITEMS_SHARE` of the context (at least 1)."""
+    cache = builder.__dict__.setdefault("_items_budgets", {})
+    ck = (schema, builder.max_length)
+    if ck not in cache:
+        room = int(builder.max_length * ITEMS_SHARE) - sum(len(builder.header(k)) + builder.budget(k) for k in schema)
+        out = []
+        for g in schema.groups:
+            k = g.max_items
+            if k is None:
+                k = 0
+                while k < DEFAULT_ITEMS and item_length(builder, g, k) <= room:
+                    room -= item_length(builder, g, k)
+                    k += 1
+                k = max(1, k)
+            else:
+                room -= sum(item_length(builder, g, i) for i in range(k))
+            out.append(k)
+        cache[ck] = out
+    return cache[ck]
+
+
+def template_length(builder, schema: KeySchema) -> int:
+    """Tokens of the groups' part of the PIP template."""
+    return sum(item_length(builder, g, i) for g, k in zip(schema.groups, items_budgets(builder, schema)) for i in range(k))
+
+
+def item_values(values, group: Group) -> list[dict]:
+    """The items given for a group (a list of {field: value}); a missing or empty entry: none."""
+    items = (values or {}).get(group.name) or []
+    if not isinstance(items, list) or not all(isinstance(it, dict) for it in items):
+        raise ValueError(f"the values of list {group.name!r} must be a list of objects")
+    return items
+
+
+def pip_groups(builder, schema: KeySchema, values=None, offset: int = 0):
+    """The groups' part of the PIP template, to follow `offset` tokens: ids, FieldSlots, targets,
+    block ids (`GROUP_BLOCK` + 1 + group number across the schema's lists)."""
+    from pipkie.template import IGNORE, FieldSlots
+
+    ids, targets, blocks, slots = [], [], [], []
+    block = GROUP_BLOCK
+    for g, k in zip(schema.groups, items_budgets(builder, schema)):
+        items = item_values(values, g) if values is not None else []
+        for i in range(k):
+            block += 1
+            for key in g.fields:
+                h, b = builder.cached_ids(header_text(g, i, key)), field_budget(builder, g, key)
+                slots.append(FieldSlots(f"{g.name}[{i}].{key.name}", offset + len(ids) + len(h), b, group=g.name,
+                                        item=i, field=key.name))
+                ids += h + [builder.slot_input(j) for j in range(b)]
+                blocks += [block] * (len(h) + b)
+                if values is not None:
+                    v = builder.value_ids(items[i].get(key.name), b) if i < len(items) else []
+                    targets += [IGNORE] * len(h) + v + [builder.end_id] * (b - len(v))
+        block += 1  # the next list's first group does not see this one's last
+    return ids, slots, targets, blocks
+
+
+# ---- AR ---------------------------------------------------------------------------------------
+def key_list_text(schema: KeySchema) -> str:
+    """The groups in the AR prompt's key list: ", items[name, quantity, price]"."""
+    return "".join(f", {g.name}[{', '.join(k.name for k in g.fields)}]" for g in schema.groups)
+
+
+def ar_reserved(builder, schema: KeySchema) -> int:
+    """AR answer tokens of the groups: every item's headers, values and end tokens, plus the
+    "no more items" header and end."""
+    n = 0
+    for g, k in zip(schema.groups, items_budgets(builder, schema)):
+        n += sum(len(builder.cached_ids(header_text(g, i, f, False))) + field_budget(builder, g, f) + 1
+                 for i in range(k) for f in g.fields)
+        n += len(builder.cached_ids(header_text(g, k, g.fields[0], False))) + 1
+    return n
+
+
+def ar_answer(builder, schema: KeySchema, values) -> list[int]:
+    """The groups' part of the AR answer (see the module docstring)."""
+    ids = []
+    for g, k in zip(schema.groups, items_budgets(builder, schema)):
+        items = item_values(values, g)[:k]
+        for i, it in enumerate(items):
+            for f in g.fields:
+                ids += builder.cached_ids(header_text(g, i, f, False)) + builder.value_ids(
+                    it.get(f.name), field_budget(builder, g, f)) + [builder.end_id]
+        if len(items) < k:
+            ids += builder.cached_ids(header_text(g, len(items), g.fields[0], False)) + [builder.end_id]
+    return ids
+
+
+@dataclass
+class Step:
+    """One value a forced AR decoder asks for: its header, budget, and the list item it belongs to."""
+
+    key: str
+    header: list[int]
+    budget: int
+    group: str | None = None
+    item: int = -1
+    field: str | None = None
+    first: bool = False  # the first field of an item: closed at once, the list has no more items
+
+
+def ar_steps(builder, schema: KeySchema) -> list[Step]:
+    """The flat keys' steps, then every item field's, in answer order."""
+    steps = [Step(k.name, builder.answer_header(k), builder.budget(k)) for k in schema]
+    for g, k in zip(schema.groups, items_budgets(builder, schema)):
+        for i in range(k):
+            for j, f in enumerate(g.fields):
+                steps.append(Step(f"{g.name}[{i}].{f.name}", builder.cached_ids(header_text(g, i, f, False)),
+                                  field_budget(builder, g, f), g.name, i, f.name, first=j == 0))
+    return steps
+
+
+# ---- results ----------------------------------------------------------------------------------
+@dataclass
+class ItemsResult:
+    """A decoded list: its items (field -> FieldResult each), in document order. `confidence`: the
+    geometric mean of the items' field confidences and of the "no more items" decision; `truncated`:
+    no group said "no more items" (every group was used: the list may go on)."""
+
+    items: list[dict] = field(default_factory=list)
+    confidence: float = 0.0
+    truncated: bool = False
+    tokens: list[int] = field(default_factory=list)
+
+    @property
+    def value(self) -> list[dict]:
+        return [{k: f.value for k, f in it.items()} for it in self.items]
+
+
+def _geo(ps: list[float]) -> float:
+    return math.exp(sum(math.log(max(p, 1e-12)) for p in ps) / len(ps)) if ps else 0.0
+
+
+def collect(group: Group, entries, empty) -> ItemsResult:
+    """entries: (item, field, FieldResult, stop) in template order, `stop` when the field is an item's
+    first and said "no more items". The items before the first stop; fields never decoded get
+    `empty()`; an item none of whose fields was read is left out."""
+    by_item: dict[int, dict] = {}
+    stop_conf, stopped = [], False
+    for item, name, result, stop in entries:
+        if stop:
+            stop_conf.append(result.confidence)
+            stopped = True
+            break
+        by_item.setdefault(item, {})[name] = result
+    items = [{f: by_item[i].get(f) or empty() for f in group.names} for i in sorted(by_item)]
+    items = [it for it in items if any(r.value is not None for r in it.values())]  # nothing read: no item
+    confs = [r.confidence for it in items for r in it.values()] + stop_conf
+    return ItemsResult(items, _geo(confs), truncated=not stopped)
+
+
+_FREE = re.compile(r"^(.+) (\d+) (.+)$")
+
+
+def parse_free_item(schema: KeySchema, key: str):
+    """(group, item from 0, field) of an AR free answer's header "items 3 name", else None."""
+    m = _FREE.match(key)
+    if not m:
+        return None
+    g = next((g for g in schema.groups if g.name == m.group(1)), None)
+    if g is None or m.group(3) not in g.names or int(m.group(2)) < 1:
+        return None
+    return g, int(m.group(2)) - 1, m.group(3)
