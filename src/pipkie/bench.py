@@ -182,29 +182,36 @@ def _time(fn, *a):
     return time.perf_counter() - t0, out
 
 
+def load_pair(model_path: str, ar_model_path: str | None = None, *, need_ar: bool = True):
+    """(model, builder, settings, AR model, AR builder, AR model path): the PIP model and, if
+    `need_ar`, its AR baseline (same architecture and data, trained causally: a real AR extractor;
+    none is an error, `model_for_decode`), else the PIP model again in the AR slots."""
+    model, tokenizer, settings = load_model(model_path, pad_vocab=True)
+    builder = builder_for(tokenizer, settings)
+    ar_model, ar_builder = model, builder
+    if need_ar:
+        ar_model_path = ar_model_path or model_for_decode(model_path, "ar-forced", settings)
+        ar_model, ar_tok, ar_settings = load_model(ar_model_path, pad_vocab=True)
+        if ar_settings.objective != "ar":
+            raise ValueError(f"the AR baseline {ar_model_path} is not an AR model (objective {ar_settings.objective!r})")
+        ar_builder = builder_for(ar_tok, ar_settings)
+    return model, builder, settings, ar_model, ar_builder, ar_model_path
+
+
 def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "sroie", data_dir: str, split: str = "test", batch_sizes=(1, 8),
           limit: int = 32, threads: int = 1, repeats: int = 1, methods=METHODS, sweeps: bool = True, json_path: str | None = None,
           plot_dir: str | None = None, log=print) -> dict:
     if not methods or set(methods) - set(METHODS):
         raise ValueError(f"methods must be among {', '.join(METHODS)}, got {', '.join(methods) or 'none'}")
     torch.set_num_threads(threads)
-    model, tokenizer, settings = load_model(model_path, pad_vocab=True)
-    builder = builder_for(tokenizer, settings)
+    model, builder, settings, ar_model, ar_builder, ar_model_path = load_pair(
+        model_path, ar_model_path, need_ar=sweeps or any(m.startswith("ar") for m in methods))
     pattern = settings.pattern if settings.objective == "pip" else "prefix_causal"
-    # AR runs the AR baseline (same architecture, trained causally on the same data): generated
-    # lengths and accuracy of a real AR extractor; none is an error (model_for_decode)
-    ar_model, ar_builder = model, builder
-    if sweeps or any(m.startswith("ar") for m in methods):
-        ar_model_path = ar_model_path or model_for_decode(model_path, "ar-forced", settings)
-        ar_model, ar_tok, ar_settings = load_model(ar_model_path, pad_vocab=True)
-        if ar_settings.objective != "ar":
-            raise ValueError(f"the AR baseline {ar_model_path} is not an AR model (objective {ar_settings.objective!r})")
-        ar_builder = builder_for(ar_tok, ar_settings)
     docs = list(read_dataset(dataset, data_dir, split, limit=limit))
-    schema = KeySchema.parse(settings.keys or sorted({k for d in docs for k in d.fields}))
+    schema = KeySchema.parse(settings.keys or sorted({k for d in docs for k in d.fields if not k.startswith("items.")}))
     # Batches group documents of similar length (sorted by token count), as an offline batch job
     # would, so left-padding costs every method little; at batch 1 the order changes nothing.
-    ordered = sorted(((serialize(d), d) for d in docs), key=lambda td: len(tokenizer(td[0]).input_ids))
+    ordered = sorted(((serialize(d), d) for d in docs), key=lambda td: len(builder.tok(td[0]).input_ids))
     texts, docs = [t for t, _ in ordered], [d for _, d in ordered]
     env = dict(threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
                cpu_count=os.cpu_count(), device="cpu", torch=torch.__version__, model=model_path,

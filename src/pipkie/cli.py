@@ -152,10 +152,13 @@ def evaluate(
 @app.command()
 def bench(
     dataset: str = typer.Option("sroie"),
-    data_dir: str = typer.Option(..., help="the dataset's directory"),
+    data_dir: Optional[str] = typer.Option(None, help="the dataset's directory (not needed for --lines alone)"),
     split: str = typer.Option("test"),
     model: Optional[str] = typer.Option(None, help="model directory (default: the shipped model)"),
     ar_model: Optional[str] = typer.Option(None, help="AR model for the AR methods (default: the model's ar_baseline)"),
+    lines: Optional[str] = typer.Option(None, help="numbers of item lines, e.g. 1,5,10,20,40: PIP vs AR on synthetic "
+                                        "receipts with items[name,quantity,price] (pipkie.bench_items)"),
+    lines_items: Optional[int] = typer.Option(None, min=1, help="--lines: the list's maxItems (default: the most lines)"),
     batch: str = typer.Option("1,8", help="batch sizes, comma-separated"),
     limit: int = typer.Option(32, help="documents timed per batch size"),
     threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
@@ -175,11 +178,16 @@ def bench(
     wanted = tuple(m.strip() for m in methods.split(",") if m.strip())
     if not wanted or set(wanted) - set(METHODS):
         raise typer.BadParameter(f"methods must be among {', '.join(METHODS)}", param_hint="--methods")
+    counts = _int_list(lines, "--lines") if lines else None
+    batches = _int_list(batch, "--batch")
+    if data_dir is None and not counts:
+        raise typer.BadParameter("give the dataset's directory (or --lines for the line-item sweep alone)",
+                                 param_hint="--data-dir")
     try:
         model = model or default_model_path()
         if not Path(model).is_dir():
             raise FileNotFoundError(f"model not found: {model} is not a directory")
-        if sweeps or any(m.startswith("ar") for m in wanted):
+        if counts or sweeps or any(m.startswith("ar") for m in wanted):
             ar_model = ar_model or model_for_decode(model, "ar-forced")
             if not Path(ar_model).is_dir():
                 raise FileNotFoundError(f"AR model not found: {ar_model} is not a directory")
@@ -187,11 +195,36 @@ def bench(
         _err(str(e))
         raise typer.Exit(2)
     typer.echo(f"threads: torch={n} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    if counts:
+        from pipkie.bench_items import lines_bench, lines_table
+
+        try:
+            swept = lines_bench(model_path=model, ar_model_path=ar_model, lines=counts, batch_sizes=batches,
+                                items_budget=lines_items, threads=n, repeats=repeats,
+                                json_path=str(json_path.with_suffix(".lines.json")) if json_path else None,
+                                plot_dir=str(plot) if plot else None, log=typer.echo)
+        except ValueError as e:
+            _err(str(e))
+            raise typer.Exit(2)
+        typer.echo(lines_table(swept))
+        if data_dir is None:
+            return
     result = run(model_path=model, ar_model_path=ar_model, dataset=dataset, data_dir=data_dir, split=split,
-                 batch_sizes=[int(b) for b in batch.split(",")], limit=limit, threads=n,
+                 batch_sizes=batches, limit=limit, threads=n,
                  repeats=repeats, methods=wanted, sweeps=sweeps, json_path=str(json_path) if json_path else None,
                  plot_dir=str(plot) if plot else None, log=typer.echo)
     typer.echo(markdown_table(result))
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    """ "1,5,10" -> [1, 5, 10]; anything else (or a number below 1) is a usage error."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise typer.BadParameter(f"expected positive integers separated by commas, got {text!r}", param_hint=option)
+    return out
 
 
 # ---- extraction for users: extract, explain, serve ------------------------------------------------

@@ -72,6 +72,14 @@ class Document:
         values = self.fields.get(key) or []
         return " | ".join(values) if values else None
 
+    def items(self, columns: dict[str, str]) -> list[dict[str, str | None]]:
+        """Line items from parallel multi-valued fields (`items.name`, `items.price`, … as the readers
+        write them): columns = {item field: document key}; item i takes value i of every column, ""
+        or a short column → None (not printed). As many items as the longest column."""
+        cols = {f: self.fields.get(k) or [] for f, k in columns.items()}
+        n = max((len(v) for v in cols.values()), default=0)
+        return [{f: (v[i] if i < len(v) else "") or None for f, v in cols.items()} for i in range(n)]
+
 
 def normalize_box(points: Iterable[float], width: float, height: float) -> tuple[int, int, int, int]:
     """Axis-aligned 0-1000 box of a list of x, y coordinates (2 or 4 corners) on a width x height page."""

@@ -54,9 +54,7 @@ def gold_column(group: str, name: str, key_map: dict[str, str]) -> str:
 def gold_items(doc: Document, group, key_map: dict[str, str]) -> list[dict[str, str | None]]:
     """The gold items of a list (`pipkie.schema.Group`) from the document's parallel item fields
     (`items.name`, `items.price`, … as `pipkie.data` readers write them; "" = not printed)."""
-    cols = {f: doc.fields.get(gold_column(group.name, f, key_map)) or [] for f in group.names}
-    n = max((len(v) for v in cols.values()), default=0)
-    return [{f: (v[i] if i < len(v) else "") or None for f, v in cols.items()} for i in range(n)]
+    return doc.items({f: gold_column(group.name, f, key_map) for f in group.names})
 
 
 def gold_warnings(docs: list[Document], keys: list[str], key_map: dict[str, str], groups: dict | None = None) -> list[str]:

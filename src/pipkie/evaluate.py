@@ -94,13 +94,13 @@ def summarize(rows: list[dict], keys: list[str], groups: dict[str, list[str]] | 
 def list_keys(rows: list[dict]) -> dict[str, list[str]]:
     """The lists among predictions-file rows' keys (a list's prediction is a list of objects), with
     the fields their items have."""
-    out: dict[str, list[str]] = {}
+    names = {k for r in rows for k, v in r["pred"].items() if isinstance(v, list)}
+    out: dict[str, list[str]] = {k: [] for k in sorted(names)}
     for r in rows:
-        for k, v in {**r["gold"], **r["pred"]}.items():
-            if isinstance(v, list) and all(isinstance(x, dict) for x in v):
-                fields = out.setdefault(k, [])
-                fields += [f for x in v for f in x if f not in fields]
-    return {k: v for k, v in out.items() if any(isinstance(r["pred"].get(k), list) for r in rows)}
+        for k in names:
+            for side in (r["pred"], r["gold"]):
+                out[k] += [f for x in side.get(k) or [] for f in x if f not in out[k]]
+    return {k: v or ["name"] for k, v in out.items()}  # no item anywhere: nothing to tell the fields
 
 
 def rescore(pred_path: str | Path, keys: list[str] | None = None) -> dict:

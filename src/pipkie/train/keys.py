@@ -171,11 +171,9 @@ ITEM_BASE_BUDGETS = {"name": 16, "quantity": 6, "unit_price": 10, "price": 10}
 MAX_TEMPLATE_ITEMS = 48
 
 
-def document_items(fields: dict[str, list[str]]) -> list[dict[str, str | None]]:
-    """A document's line items from its parallel `items.<field>` lists ("" -> None: not printed)."""
-    n = len(fields.get("items.name") or [])
-    cols = {f: fields.get(f"items.{f}") or [] for f in ITEM_FIELDS if f"items.{f}" in fields}
-    return [{f: (v[i] if i < len(v) else "") or None for f, v in cols.items()} for i in range(n)]
+def document_items(doc) -> list[dict[str, str | None]]:
+    """A document's line items (`Document.items` over the `items.<field>` columns it has)."""
+    return doc.items({f: f"items.{f}" for f in ITEM_FIELDS if f"items.{f}" in doc.fields})
 
 
 def sample_item_schema(fields: dict[str, str | None], items: list[dict], rng: random.Random, *, room: int,

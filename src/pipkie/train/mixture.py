@@ -129,7 +129,7 @@ def templates(source: Source, doc: Document, rng: random.Random, n: int, *, valu
                   variation=float(source.options.get("variation", variation)), describe=describe,
                   key_dropout=key_dropout, absent=absent, value_len=value_len)
         share = item_share(source, items)
-        lines = document_items(doc.fields) if share > 0 else []
+        lines = document_items(doc) if share > 0 else []
         if not lines:  # the only path without a share of items: the draws of the flat templates alone
             return sample_schemas(fields, rng, n, **kw)
         if item_room is None:

@@ -1,0 +1,263 @@
+"""Lists of items (pipkie.groups): schemas, the group template, its attention, one-pass decoding, AR."""
+
+import json
+import random
+
+import pytest
+import torch
+from pydantic import BaseModel, Field
+
+from pipkie.attention import GROUP_BLOCK, build_attention_mask
+from pipkie.decode import FieldResult, _collect, pip_decode
+from pipkie.groups import ItemsResult, collect, items_budgets
+from pipkie.schema import Group, Key, KeySchema, SchemaError
+from pipkie.template import IGNORE, TemplateBuilder
+from pipkie.train.examples import collate, kv_instance
+from tests.conftest import tiny_model
+
+DOC = "apple store\nberry 3/1\ncedar 12/4\ntotal 15/5"
+ITEMS = [{"name": "berry", "price": "3/1"}, {"name": "cedar", "price": None}]
+
+
+# ---- schemas -----------------------------------------------------------------------------------
+def test_shorthand_json_schema_and_pydantic_agree(tmp_path):
+    class Item(BaseModel):
+        name: str = Field(description="the product")
+        quantity: str | None = None
+        price: str = Field(max_length=10)
+
+    class Receipt(BaseModel):
+        company: str
+        total: str | None = None
+        items: list[Item] = Field(max_length=30)
+
+    from_model = KeySchema.parse(Receipt)
+    assert from_model.names == ["company", "total"] and from_model.group_names == ["items"]
+    (g,) = from_model.groups
+    assert g.names == ["name", "quantity", "price"] and g.max_items == 30
+    assert g.fields[0].description == "the product" and g.fields[2].max_chars == 10
+    short = KeySchema.parse("company, total, items[name, quantity,price]")
+    assert short.names == from_model.names and short.groups[0].names == g.names and short.groups[0].max_items is None
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(Receipt.model_json_schema()))
+    assert KeySchema.parse(str(p)) == from_model
+    plain = {"properties": {"lines": {"type": ["array", "null"], "maxItems": 5,
+                                      "items": {"type": "object", "properties": {"name": {"type": "string"}}}}}}
+    assert KeySchema.parse(plain).groups == (Group("lines", (Key("name"),), 5),)
+    assert len(short) == 5  # flat keys + the list's fields: what a key limit counts
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("items[name,price", "not closed"),
+    ("items]name", "closes no"),
+    ("items[]", "no fields"),
+    ("[name,price]", "not a list"),
+    ("items[name[x]]", "not a list"),
+    ("items[name,name]", "twice"),
+    ("items,items[name]", "twice"),
+    ("items[to:tal]", "characters other"),
+    ({"properties": {"items": {"type": "array"}}}, "needs 'items'"),
+    ({"properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
+        "sub": {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "string"}}}}}}}}},
+     "one level"),
+    ({"properties": {"items": {"type": "array", "maxItems": 0, "items": {"type": "object", "properties": {
+        "n": {"type": "string"}}}}}}, "maxItems"),
+    ({"properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Nope"}}}}, "cannot follow"),
+    ({"properties": {"n": {"type": "integer"}}}, "must be a string"),
+])
+def test_list_schema_errors(spec, message):
+    with pytest.raises(SchemaError, match=message):
+        KeySchema.parse(spec)
+
+
+# ---- template ----------------------------------------------------------------------------------
+SCHEMA = KeySchema((Key("total"),), (Group("items", (Key("name"), Key("price", max_tokens=5)), 3),))
+
+
+def test_group_template_layout_targets_and_blocks(tokenizer):
+    b = TemplateBuilder(tokenizer, max_length=256, default_budget=4, field_blocks=True)
+    enc = b.pip(DOC, SCHEMA, {"total": "15/5", "items": ITEMS})
+    flat = b.pip(DOC, KeySchema((Key("total"),)), {"total": "15/5"})
+    assert enc.input_ids[:len(flat.input_ids)] == flat.input_ids  # the flat part is the flat template
+    assert [(f.key, f.group, f.item, f.field) for f in enc.fields][1:3] == [
+        ("items[0].name", "items", 0, "name"), ("items[0].price", "items", 0, "price")]
+    assert len(enc.fields) == 1 + 3 * 2
+    for f in enc.fields[1:]:
+        header = tokenizer.decode(enc.input_ids[f.start - len(b.cached_ids(f"\nitems {f.item + 1} {f.field}:")): f.start])
+        assert header == f"\nitems {f.item + 1} {f.field}:"  # the item's number is in its header
+        assert f.length == (5 if f.field == "price" else 16)  # its own budget, else the item default (name: 16)
+    values = [b.decode_value(enc.targets[f.start: f.start + f.length]) for f in enc.fields[1:]]
+    assert values == ["berry", "3/1", "cedar", None, None, None]
+    c_price = enc.fields[4]  # an empty column answers `unknown`, not the end token
+    assert enc.targets[c_price.start] != b.end_id
+    surplus = enc.fields[5:]  # the third group: "no more items", every slot the end token
+    assert all(enc.targets[f.start: f.start + f.length] == [b.end_id] * f.length for f in surplus)
+    blocks = [enc.blocks[f.start - enc.prefix_len] for f in enc.fields]
+    assert blocks == [1] + [GROUP_BLOCK + 1] * 2 + [GROUP_BLOCK + 2] * 2 + [GROUP_BLOCK + 3] * 2
+    assert enc.prefix_len + b.template_length(SCHEMA) == len(enc.input_ids)
+
+
+def test_default_item_budget_fits_the_context(tokenizer):
+    schema = KeySchema.parse("total,items[name,quantity,price]")
+    small, large = (TemplateBuilder(tokenizer, max_length=n, default_budget=4) for n in (512, 8192))
+    assert items_budgets(large, schema) == [24]  # DEFAULT_ITEMS when there is room
+    k = items_budgets(small, schema)[0]
+    assert 1 <= k < 24 and small.template_length(schema) <= 256 < small.template_length(
+        KeySchema(schema.keys, (Group("items", schema.groups[0].fields, k + 1),)))
+
+
+def test_ar_answer_writes_items_and_the_stop(tokenizer):
+    b = TemplateBuilder(tokenizer, max_length=256, default_budget=6)
+    enc = b.ar(DOC, SCHEMA, {"total": "15/5", "items": ITEMS})
+    answer = tokenizer.decode(enc.input_ids[enc.prefix_len:]).replace(" ", "")
+    assert answer == ("\ntotal:15/5<|pip_end|>\nitems1name:berry<|pip_end|>\nitems1price:3/1<|pip_end|>"
+                      "\nitems2name:cedar<|pip_end|>\nitems2price:unknown<|pip_end|>\nitems3name:<|pip_end|>"
+                      + tokenizer.eos_token)
+    assert "items[name, price]" in tokenizer.decode(b.key_list(SCHEMA))
+    full = b.ar(DOC, SCHEMA, {"total": "1/1", "items": ITEMS + ITEMS})  # 4 items, 3 fit: no stop header
+    assert "items 4" not in tokenizer.decode(full.input_ids) and len(full.input_ids) - full.prefix_len <= b.ar_reserved(SCHEMA)
+
+
+# ---- attention ---------------------------------------------------------------------------------
+def test_group_attention_sees_document_itself_and_previous_group_only(tokenizer):
+    """Packed after one document: a flat template, then two item templates. Item i attends to the
+    document, to itself (both ways) and to item i - 1 of its own template, nothing else."""
+    b = TemplateBuilder(tokenizer, max_length=512, default_budget=3, field_blocks=True)
+    model = tiny_model(tokenizer)
+    schema = KeySchema((Key("total"),), (Group("items", (Key("name", max_tokens=2), Key("price", max_tokens=2)), 3),))
+    inst = kv_instance(b, DOC, {"total": "15/5", "items": ITEMS}, [KeySchema.parse("total"), schema, schema],
+                       objective="pip", rng=random.Random(0))
+    batch = collate([inst], b.pad_id, end_id=b.end_id)
+    m = build_attention_mask(model, "prefix_causal", batch["attention_mask"], query_length=batch["input_ids"].shape[1],
+                             block_ids=batch["block_ids"], position_ids=batch["position_ids"])
+    m = (m[0, 0] if m.dtype == torch.bool else m[0, 0] == 0)[: len(inst.ids), : len(inst.ids)]
+    block = torch.tensor(inst.block)
+    chains = sorted({int(x) for x in block if x > GROUP_BLOCK})
+    assert len(chains) == 6 and chains[3] - chains[2] == 2  # two chains of 3, an unused id between them
+    for q in range(len(inst.ids)):
+        bq = int(block[q])
+        if bq <= GROUP_BLOCK:
+            continue
+        allowed = (block == 0) | (block == bq) | ((block == bq - 1) & (bq - 1 > GROUP_BLOCK))
+        assert torch.equal(m[q], allowed), f"row {q} (block {bq - GROUP_BLOCK})"
+    first_of_second_chain = (block == chains[3]).nonzero()[0, 0]
+    assert not m[first_of_second_chain][block == chains[2]].any()  # no template's first item sees another's last
+    later = (block == chains[1]).nonzero()[:, 0]
+    assert not m[(block == chains[0]).nonzero()[:, 0]][:, later].any()  # item 1 never sees item 2
+    flat_row = (block == 1).nonzero()[0, 0]
+    assert not m[flat_row][block > GROUP_BLOCK].any()
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_group_mask_equals_transformers_vmap_path(tokenizer, attn):
+    from transformers.masking_utils import create_causal_mask
+
+    from pipkie.attention import extra_pattern, isolated_template_blocks
+
+    model = tiny_model(tokenizer, attn=attn)
+    g = GROUP_BLOCK
+    block = torch.tensor([[0, 0, 0, 1, 1, g + 1, g + 1, g + 2, g + 2, g + 3], [0, 0, g + 1, g + 2, g + 2, g + 4, g + 5, 0, 0, 0]])
+    attn_mask = torch.tensor([[1] * 10, [1] * 7 + [0] * 3])
+    pos = attn_mask.cumsum(-1) - 1
+    ours = build_attention_mask(model, "prefix_causal", attn_mask, query_length=10, block_ids=block, position_ids=pos)
+    probe = torch.empty(2, 10, 1, dtype=model.dtype)
+    ref = create_causal_mask(config=model.config, inputs_embeds=probe, attention_mask=attn_mask, cache=None,
+                             position_ids=pos, or_mask_function=extra_pattern("prefix_causal", block),
+                             and_mask_function=isolated_template_blocks(block), allow_is_causal_skip=False)
+    assert torch.equal(ours, ref)
+    seen = ours[1, 0] if ours.dtype == torch.bool else ours[1, 0] == 0
+    assert seen[3, 2] and not seen[2, 3] and not seen[5, 4] and seen[6, 5]  # g+4 is a chain's first
+
+
+# ---- decoding ----------------------------------------------------------------------------------
+def test_one_forward_pass_whatever_the_number_of_items(tokenizer):
+    """PIP decodes a batch of receipts of 1 and 9 item lines with 12 item groups in ONE forward pass
+    of the model (its decoder counted), and every document gets its list."""
+    from pipkie.copyhead import CopyHead, attach
+
+    model = tiny_model(tokenizer, slot_tokens=4)
+    attach(model, CopyHead(model.config.hidden_size, 16))
+    b = TemplateBuilder(tokenizer, max_length=1024, default_budget=3, slot_tokens=4, field_blocks=True, copy=True)
+    schema = KeySchema.parse("total,items[name,price]")
+    schema = KeySchema(schema.keys, (Group("items", schema.groups[0].fields, 12),))
+    calls = []
+    decoder = model.model
+    hook = decoder.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        for n in (1, 9):
+            texts = ["\n".join(f"berry {i}/{i}" for i in range(n)), "\n".join(f"cedar {i}/1" for i in range(n))]
+            calls.clear()
+            out = pip_decode(model, b, texts, [schema] * 2)
+            assert len(calls) == 1, f"{n} lines: {len(calls)} forward passes"
+            assert all(isinstance(p["items"], ItemsResult) and len(p["items"].items) <= 12 for p in out)
+    finally:
+        hook.remove()
+
+
+def _results(builder, tokens_per_field):
+    return [FieldResult(builder.decode_value(t), 0.5, t) for t in tokens_per_field]
+
+
+def test_collect_stops_at_the_first_group_that_says_no_more(tokenizer):
+    b = TemplateBuilder(tokenizer, default_budget=3)
+    g = Group("items", (Key("name"), Key("price")))
+    berry, price, end, unk = b.value_ids("berry", 5), b.value_ids("3/1", 5), [b.end_id], b.value_ids(None, 5)
+    rows = [(0, "name", berry, False), (0, "price", price, False), (1, "name", unk, False), (1, "price", unk, False),
+            (2, "name", end, True), (2, "price", price, False), (3, "name", berry, False)]
+    out = collect(g, [(i, f, FieldResult(b.decode_value(t), 0.5, t), stop) for i, f, t, stop in rows],
+                  lambda: FieldResult(None, 0.0))
+    assert out.value == [{"name": "berry", "price": "3/1"}] and not out.truncated  # item 1 read nothing: left out
+    full = collect(g, [(0, "name", FieldResult("a", 0.9), False)], lambda: FieldResult(None, 0.0))
+    assert full.value == [{"name": "a", "price": None}] and full.truncated  # no stop: the list may go on
+
+
+def test_pip_collects_items_from_slot_tokens(tokenizer):
+    b = TemplateBuilder(tokenizer, max_length=256, default_budget=5)
+    enc = b.pip(DOC, SCHEMA)
+    toks, conf = [], []
+    answers = {"total": "15/5", "items[0].name": "berry", "items[0].price": "3/1", "items[1].name": "cedar"}
+    for f in enc.fields:
+        v = b.value_ids(answers[f.key], f.length) if f.key in answers else []
+        if f.item == 1 and f.field == "price":
+            v = b.value_ids(None, f.length)
+        toks += (v + [b.end_id] * f.length)[: f.length]
+        conf += [0.9] * f.length
+    (pred,) = _collect(b, [enc], toks, conf, [SCHEMA])
+    assert pred["total"].value == "15/5"
+    assert pred["items"].value == [{"name": "berry", "price": "3/1"}, {"name": "cedar", "price": None}]
+    assert not pred["items"].truncated and pred["items"].confidence == pytest.approx(0.9)
+
+
+def test_ar_free_answer_is_parsed_into_items(tokenizer):
+    from pipkie.ar import parse_free_answer
+
+    b = TemplateBuilder(tokenizer, default_budget=4)
+    text = ("\ntotal: 15/5<|pip_end|>\nitems 1 name: berry<|pip_end|>\nitems 1 price: 3/1<|pip_end|>"
+            "\nitems 2 name: cedar<|pip_end|>\nitems 3 name:<|pip_end|>\nitems 4 name: ember<|pip_end|><|endoftext|>")
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    out = parse_free_answer(b, ids, [0.5] * len(ids), ["total"], SCHEMA)
+    assert out["total"].value == "15/5"
+    assert out["items"].value == [{"name": "berry", "price": "3/1"}, {"name": "cedar", "price": None}]
+    assert not out["items"].truncated
+
+
+def test_ar_forced_stops_a_list_when_an_item_closes_at_once(tokenizer, monkeypatch):
+    """A model that closes every value at once: the forced decoder asks for the flat key and item 1's
+    first field, then stops the list (no other item field is asked for)."""
+    from pipkie.ar import ARStats, ar_decode
+
+    model = tiny_model(tokenizer)
+    b = TemplateBuilder(tokenizer, max_length=512, default_budget=4)
+    real = model.forward
+
+    def closing(*a, **kw):
+        out = real(*a, **kw)
+        out.logits.zero_()
+        out.logits[..., b.end_id] = 1.0
+        return out
+
+    monkeypatch.setattr(model, "forward", closing)
+    stats = ARStats()
+    (pred,) = ar_decode(model, b, [DOC], [SCHEMA], mode="forced", stats=stats)
+    assert pred["items"].value == [] and not pred["items"].truncated and pred["total"].value is None
+    assert stats.generated == 2  # total's end, then item 1's name's end: the list is over
