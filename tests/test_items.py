@@ -261,3 +261,29 @@ def test_ar_forced_stops_a_list_when_an_item_closes_at_once(tokenizer, monkeypat
     (pred,) = ar_decode(model, b, [DOC], [SCHEMA], mode="forced", stats=stats)
     assert pred["items"].value == [] and not pred["items"].truncated and pred["total"].value is None
     assert stats.generated == 2  # total's end, then item 1's name's end: the list is over
+
+
+def test_split_and_cached_passes_equal_the_one_pass_for_lists(tokenizer):
+    """The group attention through a KV cache (SplitPass, the cached-document route) gives the one
+    pass's predictions of every slot: the chain mask holds with a cache offset too."""
+    from pipkie.decode import OnePass, SplitPass, _block_ids, _slot_mask, encode_document, pip_decode_cached, pip_forward
+
+    model = tiny_model(tokenizer)
+    b = TemplateBuilder(tokenizer, max_length=512, default_budget=3, field_blocks=True)
+    encs = [b.pip(t, SCHEMA) for t in (DOC, "berry 1/1\ncedar 2/2\nember 3/3")]
+    one = OnePass(model, b, encs, pattern="prefix_causal")(lazy=False)
+    two = SplitPass(model, b, encs)(lazy=False)
+    assert torch.equal(one[1], two[1]) and torch.allclose(one[0], two[0], atol=1e-5)
+    doc = encode_document(model, b, DOC, reserve=b.template_length(SCHEMA))
+    cached = pip_decode_cached(model, b, doc, SCHEMA, return_logits=True)
+    ids = torch.tensor([encs[0].input_ids])
+    full = pip_forward(model, ids, torch.ones_like(ids), _block_ids(encs[:1], ids.shape[1]),
+                       _slot_mask(encs[:1], ids.shape[1]), pattern="prefix_causal")
+    assert (cached - full).abs().max() < 1e-4
+    changed = ids.clone()
+    last_item = encs[0].fields[-1]
+    changed[0, last_item.start] = 7  # a later item's slot changes nothing in an earlier item's
+    other = pip_forward(model, changed, torch.ones_like(ids), _block_ids(encs[:1], ids.shape[1]),
+                        _slot_mask(encs[:1], ids.shape[1]), pattern="prefix_causal")
+    before = sum(f.length for f in encs[0].fields[:5])  # total, items 1 and 2: none sees item 3
+    assert torch.equal(other[:before], full[:before]) and not torch.equal(other[before:], full[before:])

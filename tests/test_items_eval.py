@@ -53,6 +53,10 @@ def test_item_matching_is_one_to_one_and_prefers_equal_prices():
     assert near.add([{"name": "Brgr", "price": "9"}], [{"name": "Burger", "price": "9"}]) == 0  # ANLS 2/3 < 0.8
     names = ItemScores(("name",))  # no price asked for: the name alone decides
     assert names.add([{"name": "burger"}], [{"name": "Burger"}]) == 1
+    nameless = ItemScores(("name", "price"))  # lines without a name pair up by their prices
+    pred = [{"name": None, "price": "6,90"}, {"name": None, "price": "1,00"}]
+    assert nameless.add(pred, [{"name": None, "price": "1,00"}]) == 1 and nameless.n_matched == 1
+    assert match_items(pred, [{"name": None, "price": "1,00"}]) == [(1, 0, 1.0)]
     empty = ItemScores(("name", "price"))
     empty.add([], gold)
     empty.add(None, [])

@@ -325,13 +325,15 @@ def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[
     return _collect(builder, encs, toks.tolist(), conf.tolist(), schemas)
 
 
-def _collect(builder, encs, toks: list[int], conf: list[float], schemas: list[KeySchema]) -> list[Prediction]:
+def _collect(builder, encs, toks: list[int], conf: list[float], schemas: list[KeySchema] | None = None) -> list[Prediction]:
     """Slot tokens -> each document's results; a list's fields are gathered into its ItemsResult
-    (an item whose first field's first slot says `<|pip_end|>` ends the list: `pipkie.groups`)."""
+    (an item whose first field's first slot says `<|pip_end|>` ends the list: `pipkie.groups`).
+    `schemas` (one per document) is needed when they have lists."""
     out, i = [], 0
-    for e, schema in zip(encs, schemas):
-        pred, lists = {}, {g.name: [] for g in schema.groups}
-        first = {g.name: g.fields[0].name for g in schema.groups}
+    for r, e in enumerate(encs):
+        groups = schemas[r].groups if schemas else ()
+        pred, lists = {}, {g.name: [] for g in groups}
+        first = {g.name: g.fields[0].name for g in groups}
         for f in e.fields:
             result = _field_result(builder, toks[i: i + f.length], conf[i: i + f.length])
             if f.group is None:
@@ -340,10 +342,10 @@ def _collect(builder, encs, toks: list[int], conf: list[float], schemas: list[Ke
                 stop = f.field == first[f.group] and toks[i] == builder.end_id
                 lists[f.group].append((f.item, f.field, result, stop))
             i += f.length
-        if schema.groups:
+        if groups:
             from pipkie.groups import collect
 
-            for g in schema.groups:
+            for g in groups:
                 pred[g.name] = collect(g, lists[g.name], lambda: FieldResult(None, 0.0))
         out.append(pred)
     return out

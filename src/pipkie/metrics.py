@@ -21,9 +21,10 @@
   for calibration (WildReceipt's transcriptions carry no spaces: `KOREANRESTAURANT`).
 - Line items (lists of objects, `ItemScores`): a document's predicted and gold items are matched
   one to one by the Hungarian method on the similarity of their names (ANLS of the `name` field, or
-  of the list's first field when it has none; ties broken towards equal prices). A matched pair is a
-  true positive when its name ANLS is ≥ 0.8 and, when prices are asked for, its prices are equal
-  (normalised, case-sensitive; both missing counts as equal). Precision over predicted items,
+  of the list's first field when it has none; ties broken towards equal prices; two items that both
+  lack a name compare by their prices). A matched pair is a true positive when its name ANLS is ≥
+  0.8 (both missing: 1) and, when prices are asked for, its prices are equal (normalised,
+  case-sensitive; both missing counts as equal). Precision over predicted items,
   recall over gold items, F1, micro over documents; per field, the mean ANLS over the matched pairs
   (pairs whose names have ANLS > 0).
 """
@@ -151,11 +152,18 @@ ITEM_NAME_ANLS = 0.8  # a matched item counts when its name's ANLS is at least t
 
 def match_items(pred: list[dict], gold: list[dict], name: str = "name", price: str | None = "price",
                 threshold: float = 0.5) -> list[tuple[int, int, float]]:
-    """(predicted index, gold index, name ANLS) of the one-to-one matching of items that maximises the
-    summed name ANLS (prices equal break ties); only pairs whose names have ANLS > 0."""
+    """(predicted index, gold index, similarity) of the one-to-one matching of items that maximises the
+    summed name ANLS (prices equal break ties; two items without a name compare by their prices);
+    only pairs of similarity > 0."""
     if not pred or not gold:
         return []
-    sim = np.array([[anls_score(p.get(name), g.get(name), threshold) for g in gold] for p in pred])
+
+    def similarity(p: dict, g: dict) -> float:
+        if not values(p.get(name)) and not values(g.get(name)) and price is not None:
+            return anls_score(p.get(price), g.get(price), threshold)  # two nameless lines: by their prices
+        return anls_score(p.get(name), g.get(name), threshold)
+
+    sim = np.array([[similarity(p, g) for g in gold] for p in pred])
     tie = np.array([[float(price is not None and _same(p.get(price), g.get(price))) for g in gold] for p in pred])
     rows, cols = linear_sum_assignment(sim + 1e-3 * tie, maximize=True)
     return [(int(r), int(c), float(sim[r, c])) for r, c in zip(rows, cols) if sim[r, c] > 0]
@@ -187,9 +195,10 @@ class ItemScores:
         pred, gold = list(pred or []), list(gold or [])
         price = "price" if "price" in self.fields else None
         tp = 0
-        for i, j, sim in match_items(pred, gold, self.name, price, self.threshold):
+        for i, j, _ in match_items(pred, gold, self.name, price, self.threshold):
             p, g = pred[i], gold[j]
-            tp += sim >= ITEM_NAME_ANLS and (price is None or _same(p.get(price), g.get(price)))
+            name_anls = anls_score(p.get(self.name), g.get(self.name), self.threshold)
+            tp += name_anls >= ITEM_NAME_ANLS and (price is None or _same(p.get(price), g.get(price)))
             self.n_matched += 1
             for f in self.fields:
                 self.anls_sum[f] += anls_score(p.get(f), g.get(f), self.threshold)
