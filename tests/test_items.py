@@ -11,7 +11,7 @@ from pipkie.attention import GROUP_BLOCK, build_attention_mask
 from pipkie.decode import FieldResult, _collect, pip_decode
 from pipkie.groups import ItemsResult, collect, items_budgets
 from pipkie.schema import Group, Key, KeySchema, SchemaError
-from pipkie.template import IGNORE, TemplateBuilder
+from pipkie.template import TemplateBuilder
 from pipkie.train.examples import collate, kv_instance
 from tests.conftest import tiny_model
 
@@ -194,10 +194,6 @@ def test_one_forward_pass_whatever_the_number_of_items(tokenizer):
         hook.remove()
 
 
-def _results(builder, tokens_per_field):
-    return [FieldResult(builder.decode_value(t), 0.5, t) for t in tokens_per_field]
-
-
 def test_collect_stops_at_the_first_group_that_says_no_more(tokenizer):
     b = TemplateBuilder(tokenizer, default_budget=3)
     g = Group("items", (Key("name"), Key("price")))
@@ -266,7 +262,15 @@ def test_ar_forced_stops_a_list_when_an_item_closes_at_once(tokenizer, monkeypat
 def test_split_and_cached_passes_equal_the_one_pass_for_lists(tokenizer):
     """The group attention through a KV cache (SplitPass, the cached-document route) gives the one
     pass's predictions of every slot: the chain mask holds with a cache offset too."""
-    from pipkie.decode import OnePass, SplitPass, _block_ids, _slot_mask, encode_document, pip_decode_cached, pip_forward
+    from pipkie.decode import (
+        OnePass,
+        SplitPass,
+        _block_ids,
+        _slot_mask,
+        encode_document,
+        pip_decode_cached,
+        pip_forward,
+    )
 
     model = tiny_model(tokenizer)
     b = TemplateBuilder(tokenizer, max_length=512, default_budget=3, field_blocks=True)

@@ -183,8 +183,9 @@ def test_the_service_refuses_lists_with_a_clear_error():
 
 # ---- bench --lines -----------------------------------------------------------------------------
 def test_bench_lines_sweep_on_a_tiny_model(tiny_model_dir, tmp_path):  # noqa: F811
-    from pipkie.bench_items import items_receipt, lines_bench
     import random
+
+    from pipkie.bench_items import items_receipt, lines_bench
 
     text, items = items_receipt(5, random.Random(0))
     assert len(items) == 5 and all(f"{it['quantity']} {it['name']} {it['price']}" in text.split("\n") for it in items)
@@ -208,7 +209,7 @@ def test_bench_lines_sweep_on_a_tiny_model(tiny_model_dir, tmp_path):  # noqa: F
     assert res.exit_code == 2 and "positive integers" in res.output
 
 
-def test_items_schema_of_the_bench_and_extract_agree():
+def test_bench_schema_and_a_document_without_items():
     from pipkie.bench_items import items_schema
 
     assert items_schema(7) == KeySchema((), (Group("items", (Key("name"), Key("quantity"), Key("price")), 7),))

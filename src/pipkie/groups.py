@@ -35,7 +35,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from pipkie.attention import GROUP_BLOCK  # block ids above it are group blocks (attention.previous_group)
+from pipkie.attention import GROUP_BLOCK  # block ids above it are group blocks
 from pipkie.schema import Group, Key, KeySchema
 
 DEFAULT_ITEMS = 24  # items of a list without maxItems, when they fit
