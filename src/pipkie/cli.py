@@ -215,7 +215,7 @@ def _load_extractor(model: Optional[str], threads: int, ocr: str):
 
     _quiet_transformers()
     try:
-        path = model or default_model_path()  # --model, else $PIPKIE_MODEL, else models/pipkie-sroie
+        path = model or default_model_path()  # --model, else $PIPKIE_MODEL, else models/pipkie
         if path != "smollm2" and not Path(path).exists():  # never wait on a hub look-up for a typo
             raise FileNotFoundError(f"model not found: {path} (give a pipkie model directory with --model or $PIPKIE_MODEL)")
         return Extractor.from_pretrained(path, threads=threads, ocr=ocr)
@@ -273,7 +273,7 @@ def extract(
     files: list[Path] = typer.Argument(..., help="documents: images, PDFs, JSON words, SROIE box files or text"),
     keys: Optional[str] = typer.Option(None, help="comma-separated keys, e.g. company,date,address,total (default: the model's keys)"),
     schema: Optional[Path] = typer.Option(None, help="a flat JSON-schema file (instead of --keys)"),
-    model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped models/pipkie-sroie)"),
+    model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped models/pipkie)"),
     decode: str = typer.Option("pip", help="pip | ar | ar-forced (AR: the model's AR baseline, or --ar-model)"),
     ar_model: Optional[str] = typer.Option(None, help="AR model for --decode ar|ar-forced (default: the model's ar_baseline)"),
     refine_steps: int = typer.Option(0, help="PIP Mask-Predict refinement passes"),

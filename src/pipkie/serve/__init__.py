@@ -5,7 +5,7 @@
     curl -H 'content-type: application/json' -d '{"text": "Total 9.90", "keys": ["total"]}' \\
          localhost:8000/extract
 
-    app = create_app(Extractor.from_pretrained("models/pipkie-sroie"), max_batch=8)
+    app = create_app(Extractor.from_pretrained("models/pipkie"), max_batch=8)
 
 Endpoints (OpenAPI docs at /docs): `GET /health`, `GET /metrics` (Prometheus), `POST /extract`:
 `multipart/form-data` with `file` (image, PDF, JSON words, box file or text) and optional form
