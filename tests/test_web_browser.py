@@ -230,6 +230,40 @@ def test_a_multi_page_pdf_pages_through(site, browser, tmp_path):
     wait(browser, lambda b: drawn_keys(b) == ["company"] * 2, 30, "page 1 again")
 
 
+DROP = """
+const [name, text] = arguments;
+const data = new DataTransfer();
+data.items.add(new File([text], name, {type: "application/json"}));
+document.getElementById("drop").dispatchEvent(new DragEvent("drop", {dataTransfer: data, bubbles: true}));
+"""
+
+
+def test_json_words_dropped_on_the_box(site, browser):
+    """Dropping a file reads it once; JSON words are drawn on a page of their own (POST /render)."""
+    from selenium.webdriver import ActionChains
+
+    words = {"words": [{"text": "ACME", "box": [100, 50, 300, 80]}, {"text": "TRADING", "box": [320, 50, 560, 80]},
+                       {"text": "TOTAL", "box": [100, 800, 220, 830]}, {"text": "9.90", "box": [700, 800, 800, 830]}],
+             "page_sizes": [[1000, 1400]], "normalized": True, "id": "words"}
+    open_page(browser, site)
+    browser.execute_script(DROP, "words.json", json.dumps(words))
+    wait(browser, lambda b: state(b) in ("done", "error"), 60, "the dropped file's answer")
+    assert state(browser) == "done", browser.find_element("id", "error").text
+    assert browser.find_element("id", "filename").text.startswith("words.json")
+    assert [r.get_attribute("data-key") for r in rows(browser)] == KEYS
+    assert drawn_keys(browser) == ["company", "company", "total"]
+    total = rects(browser, "total")[0]
+    assert [round(float(total.get_attribute(a)), 3) for a in ("x", "y", "width")] == [0.7, 0.8, 0.1]
+    natural = browser.execute_script("const i = document.getElementById('page-image');"
+                                     "return [i.naturalWidth, i.naturalHeight]")
+    assert abs(natural[0] / natural[1] - 1000 / 1400) < 0.01
+    ActionChains(browser).move_to_element(total).perform()  # a box lights up its row
+    wait(browser, lambda b: "hl" in b.find_element("css selector", 'tr[data-key="total"]').get_attribute("class"), 5,
+         "the row of the hovered box")
+    sent = [r for r in resources(browser) if r.endswith(("/extract", "/render"))]
+    assert sorted(r.rsplit("/", 1)[1] for r in sent) == ["extract", "render"]  # one of each: read once
+
+
 def test_service_errors_are_shown_as_the_service_words_them(site, browser, tmp_path):
     fake = tmp_path / "scan.pdf"
     fake.write_bytes(b"this is not a PDF")

@@ -387,10 +387,10 @@ function init() {
   for (const ev of ["dragleave", "drop"]) {
     drop.addEventListener(ev, (e) => { e.preventDefault(); drop.classList.remove("over"); });
   }
-  drop.addEventListener("drop", (e) => chooseFile(e.dataTransfer.files[0]));
-  // a file dropped anywhere else must not make the browser leave the page to open it
+  // a file dropped anywhere on the page (the box included) is read; the browser must not leave the
+  // page to open it
   window.addEventListener("dragover", (e) => e.preventDefault());
-  window.addEventListener("drop", (e) => { e.preventDefault(); chooseFile(e.dataTransfer.files[0]); });
+  window.addEventListener("drop", (e) => { e.preventDefault(); chooseFile(e.dataTransfer?.files[0]); });
   $("form").addEventListener("submit", (e) => { e.preventDefault(); extract(); });
   $("defaults").addEventListener("click", () => { $("keys").value = modelKeys.join(", "); });
   $("download").addEventListener("click", download);
