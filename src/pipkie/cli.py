@@ -465,7 +465,8 @@ def serve(
                                             "when it cannot be met, 504 after it; X-Request-Timeout overrides"),
     load_workers: Optional[int] = typer.Option(None, min=1, help="threads loading/OCR-ing documents (2)"),
 ):
-    """Serve POST /extract (upload or JSON words/text), GET /health and GET /metrics; docs at /docs.
+    """Serve POST /extract (upload or JSON words/text), POST /render, GET /health and GET /metrics;
+    a page for people at /, API docs at /docs (docs/WEB.md).
 
     Every option can also be set as PIPKIE_<OPTION> in the environment (PIPKIE_MAX_WORDS=20000;
     --timeout is PIPKIE_REQUEST_TIMEOUT_S); options win. SIGTERM drains: new requests get 503,
@@ -482,7 +483,7 @@ def serve(
         raise typer.Exit(2)
     n = _threads(settings.threads)
     ex = _load_extractor(settings.model, n, settings.ocr)
-    typer.echo(f"pipkie: serving {ex.name} on http://{host}:{port} (docs: /docs)", err=True)
+    typer.echo(f"pipkie: serving {ex.name}: open http://{host}:{port}/ in a browser (API docs: /docs)", err=True)
     run(host, port, extractor=ex, settings=settings.model_copy(update={"threads": n}))
 
 
