@@ -10,8 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-../shared/data/sroie}
-PIP=${PIP:-models/pipkie-sroie}
-AR=${AR:-models/pipkie-sroie-ar}
+PIP=${PIP:-models/pipkie}
+AR=${AR:-models/pipkie-ar}
 TAG=${TAG:-}
 THREADS=${THREADS:-1}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS

@@ -16,3 +16,30 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
 fi
+# Headless Chromium for the web page's browser test (tests/test_web_browser.py), only under CI=true
+# or PIPKIE_BROWSER_TESTS=1 and only when it is missing: Debian's chromium and chromium-driver.
+# Where it cannot be installed, why is written to .venv/.browser-unavailable and that test skips.
+want_browser() {
+  case "${CI:-}" in 1 | true | True | TRUE | yes) return 0 ;; esac
+  [ "${PIPKIE_BROWSER_TESTS:-}" = 1 ]
+}
+have_browser() { command -v chromium >/dev/null && command -v chromedriver >/dev/null; }
+if want_browser; then
+  unavailable=.venv/.browser-unavailable
+  if ! have_browser; then
+    if ! command -v apt-get >/dev/null; then
+      echo "no apt-get on this machine" > "$unavailable"
+    elif [ "$(id -u)" != 0 ]; then
+      echo "apt-get install needs root" > "$unavailable"
+    else
+      log=.venv/browser-install.log
+      for try in 1 2 3; do  # the package mirror is sometimes slow to answer
+        { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; } \
+          >"$log" 2>&1 && break
+        [ "$try" = 3 ] || sleep $((try * 10))
+      done
+      have_browser || echo "apt-get install chromium chromium-driver failed 3 times (see $log)" > "$unavailable"
+    fi
+  fi
+  if have_browser; then rm -f "$unavailable"; fi
+fi

@@ -301,7 +301,7 @@ async def run_probes(url: str, args) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", help="an already running server (default: start one on a free port)")
-    ap.add_argument("--model", help="model directory for the server started here (default: models/pipkie-sroie, "
+    ap.add_argument("--model", help="model directory for the server started here (default: models/pipkie, "
                                     "else a tiny random model)")
     ap.add_argument("--tiny", action="store_true", help="use a tiny random model even if the shipped one exists")
     ap.add_argument("--clients", type=int, default=50)
@@ -332,7 +332,7 @@ def main(argv=None) -> int:
     try:
         if url is None:
             model = args.model
-            shipped = ROOT / "models" / "pipkie-sroie"
+            shipped = ROOT / "models" / "pipkie"
             if model is None and not args.tiny and (shipped / "pipkie.json").exists():
                 model = str(shipped)
             if model is None:

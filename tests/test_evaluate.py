@@ -262,3 +262,15 @@ def test_cli_bad_input_is_one_clear_line(models, shared_data, extra, message):
     args = ["evaluate", "--dataset", "sroie", "--data-dir", shared_data / "sroie", "--model", models["a"], "--limit", 1]
     res = cli(*args, *extra)
     assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+
+
+def test_ar_decodes_run_the_ar_baseline_never_the_pip_weights(shared_data, tmp_path, decoded):
+    from pipkie.modeling import NoARBaseline
+
+    pip = build_tiny_model(tmp_path / "pip", seed=3)  # with its tiny AR baseline beside it
+    res = run_sroie(shared_data, tmp_path, pip, decode="ar-forced", limit=1)
+    baseline = str((pip / json.loads((pip / "pipkie.json").read_text())["ar_baseline"]).resolve())
+    assert res["model"] == baseline and n_decoded(decoded) == 1
+    lone = build_tiny_model(tmp_path / "lone", seed=4, ar_baseline=None)
+    with pytest.raises(NoARBaseline, match="no AR baseline"):
+        run_sroie(shared_data, tmp_path / "x", lone, decode="ar-free")

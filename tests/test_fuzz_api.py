@@ -29,7 +29,7 @@ from tests.test_extract import tiny_extractor, tiny_model_dir  # noqa: F401
 EXAMPLES = int(os.environ.get("PIPKIE_FUZZ_EXAMPLES", "25"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 TARGETS = [("/health", "GET", None), ("/metrics", "GET", None), ("/extract", "POST", "application/json"),
-           ("/extract", "POST", "multipart/form-data")]
+           ("/extract", "POST", "multipart/form-data"), ("/render", "POST", "multipart/form-data")]
 
 
 class OneWordOCR:
@@ -56,7 +56,7 @@ def test_the_schema_covers_every_endpoint(api):
     assert operations == {(path, method) for path, method, _ in TARGETS}
 
 
-# negative data (what the schema forbids) where there is input to break: POST /extract's bodies and header
+# negative data (what the schema forbids) where there is input to break: the POST bodies and header
 CASES = [(*t, GenerationMode.POSITIVE) for t in TARGETS] + [(*t, GenerationMode.NEGATIVE) for t in TARGETS[2:]]
 
 

@@ -140,7 +140,7 @@ def test_max_length_becomes_enough_tokens_for_that_many_digits():
 
     from pipkie.modeling import load_tokenizer
 
-    shipped = Path(__file__).resolve().parents[1] / "models" / "pipkie-sroie"
+    shipped = Path(__file__).resolve().parents[1] / "models" / "pipkie"
     tok = load_tokenizer(shipped)
     schema = KeySchema.parse({"properties": {"date": {"type": "string", "maxLength": 10},
                                              "total": {"type": "string", "maxLength": 10, "x-max-tokens": 3},

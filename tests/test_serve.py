@@ -65,7 +65,7 @@ def test_health_and_docs(client, tiny_extractor):
     assert h["limits"]["max_keys"] == 8 and h["limits"]["max_words"] == 10_000 and "queued" in h["batching"]
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
-    assert set(paths) == {"/health", "/metrics", "/extract"}
+    assert set(paths) == {"/health", "/metrics", "/extract", "/render"}
     assert set(paths["/extract"]["post"]["requestBody"]["content"]) == {"multipart/form-data", "application/json"}
 
 

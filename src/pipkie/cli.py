@@ -249,7 +249,7 @@ def _load_extractor(model: Optional[str], threads: int, ocr: str):
 
     _quiet_transformers()
     try:
-        path = model or default_model_path()  # --model, else $PIPKIE_MODEL, else models/pipkie-sroie
+        path = model or default_model_path()  # --model, else $PIPKIE_MODEL, else models/pipkie
         if path != "smollm2" and not Path(path).exists():  # never wait on a hub look-up for a typo
             raise FileNotFoundError(f"model not found: {path} (give a pipkie model directory with --model or $PIPKIE_MODEL)")
         return Extractor.from_pretrained(path, threads=threads, ocr=ocr)
@@ -318,7 +318,7 @@ def extract(
                                        "items as items[name,quantity,price] (default: the model's keys)"),
     schema: Optional[Path] = typer.Option(None, help="a JSON-schema file (instead of --keys): string properties, "
                                           "arrays of objects for lists (maxItems)"),
-    model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped models/pipkie-sroie)"),
+    model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped models/pipkie)"),
     decode: str = typer.Option("pip", help="pip | ar | ar-forced (AR: the model's AR baseline, or --ar-model)"),
     ar_model: Optional[str] = typer.Option(None, help="AR model for --decode ar|ar-forced (default: the model's ar_baseline)"),
     refine_steps: int = typer.Option(0, help="PIP Mask-Predict refinement passes"),
@@ -513,7 +513,8 @@ def serve(
                                             "when it cannot be met, 504 after it; X-Request-Timeout overrides"),
     load_workers: Optional[int] = typer.Option(None, min=1, help="threads loading/OCR-ing documents (2)"),
 ):
-    """Serve POST /extract (upload or JSON words/text), GET /health and GET /metrics; docs at /docs.
+    """Serve POST /extract (upload or JSON words/text), POST /render, GET /health and GET /metrics;
+    a page for people at /, API docs at /docs (docs/WEB.md).
 
     Every option can also be set as PIPKIE_<OPTION> in the environment (PIPKIE_MAX_WORDS=20000;
     --timeout is PIPKIE_REQUEST_TIMEOUT_S); options win. SIGTERM drains: new requests get 503,
@@ -530,7 +531,7 @@ def serve(
         raise typer.Exit(2)
     n = _threads(settings.threads)
     ex = _load_extractor(settings.model, n, settings.ocr)
-    typer.echo(f"pipkie: serving {ex.name} on http://{host}:{port} (docs: /docs)", err=True)
+    typer.echo(f"pipkie: serving {ex.name}: open http://{host}:{port}/ in a browser (API docs: /docs)", err=True)
     run(host, port, extractor=ex, settings=settings.model_copy(update={"threads": n}))
 
 

@@ -38,9 +38,9 @@ from pipkie.decode import pip_decode
 from pipkie.document import serialize
 from pipkie.eval_data import gold_fields, gold_items, gold_warnings, load_documents, parse_key_map
 from pipkie.eval_store import model_fingerprint, read_predictions, resume, run_fingerprint
-from pipkie.metrics import ItemScores, Scores
-from pipkie.modeling import builder_for, load_model
 from pipkie.groups import field_budget as item_budget, items_budgets
+from pipkie.metrics import ItemScores, Scores
+from pipkie.modeling import builder_for, load_model, model_for_decode
 from pipkie.schema import KeySchema
 
 DECODES = ("pip", "ar-free", "ar-forced")
@@ -128,6 +128,7 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
     decode = decoder_name(decode)
     key_map = parse_key_map(key_map)
     ocr = None if ocr in (None, "", "none", "dataset") else ocr
+    model_path = model_for_decode(model_path, decode)  # AR decodes run the AR baseline, never PIP weights
     model_id = model_fingerprint(model_path)
     if ocr and not ocr_cache:
         ocr_cache = str((Path(json_path).parent if json_path else Path(".")) / "ocr-cache" / f"{ocr}-{Path(data_dir).resolve().name}")

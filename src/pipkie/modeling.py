@@ -247,12 +247,12 @@ __all__ = ["Settings", "load_model", "smollm2_path", "compact_config", "add_toke
 
 
 def default_model_path() -> str:
-    """The model shipped in the repository (`models/pipkie-sroie`), or $PIPKIE_MODEL."""
+    """The model shipped in the repository (`models/pipkie`), or $PIPKIE_MODEL."""
     env = os.environ.get("PIPKIE_MODEL")
     if env:
         return env
     for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        p = root / "models" / "pipkie-sroie"
+        p = root / "models" / "pipkie"
         if (p / SETTINGS_FILE).exists():
             return str(p)
-    raise FileNotFoundError("no default model found (models/pipkie-sroie); pass --model PATH or set PIPKIE_MODEL")
+    raise FileNotFoundError("no default model found (models/pipkie); pass --model PATH or set PIPKIE_MODEL")

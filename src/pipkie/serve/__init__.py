@@ -5,9 +5,11 @@
     curl -H 'content-type: application/json' -d '{"text": "Total 9.90", "keys": ["total"]}' \\
          localhost:8000/extract
 
-    app = create_app(Extractor.from_pretrained("models/pipkie-sroie"), max_batch=8)
+    app = create_app(Extractor.from_pretrained("models/pipkie"), max_batch=8)
 
-Endpoints (OpenAPI docs at /docs): `GET /health`, `GET /metrics` (Prometheus), `POST /extract`:
+A page for people at `/` (drop a document, see its fields on the page, fix them, download the
+JSON; docs/WEB.md). Endpoints (OpenAPI docs at /docs, served offline): `GET /health`, `GET /metrics`
+(Prometheus), `POST /render` (one page of a document as a PNG, the page its boxes are on), `POST /extract`:
 `multipart/form-data` with `file` (image, PDF, JSON words, box file or text) and optional form
 fields `keys` ("a,b,c"), `schema` (a JSON-schema string), `decode`, `refine_steps`; or
 `application/json` `{"words": [...], "page_sizes": ..., "normalized": ..., "text": ..., "keys":
@@ -22,6 +24,8 @@ Modules, one job each:
   cancellation, drain on shutdown;
 - `errors`: `{code, detail, request_id}` answers, request ids, exception handlers;
 - `routes`: the APIRouter; `openapi`: response models and request bodies; `telemetry`: /metrics;
+- `render`: POST /render (a page image drawn by the loaders' code); `web`: the page at `/` (its
+  files in `static/`) and /docs with assets from the pinned `fastapi-offline`;
 - `app`: `create_app`, draining on SIGTERM (`drain_on_signals`), and `run` (uvicorn).
 """
 

@@ -1,6 +1,6 @@
-"""The FastAPI app and how it is served: `create_app` wires settings, service, router and error
-format; the app drains on SIGTERM whichever server runs it (`drain_on_signals`); `run` serves it
-with uvicorn."""
+"""The FastAPI app and how it is served: `create_app` wires settings, service, the API's and the
+pages' routes (`web`) and error format; the app drains on SIGTERM whichever server runs it
+(`drain_on_signals`); `run` serves it with uvicorn."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Callable
 from fastapi import FastAPI
 from PIL import Image
 
-from pipkie.serve import errors
+from pipkie.serve import errors, web
 from pipkie.serve.routes import router
 from pipkie.serve.service import Service
 from pipkie.serve.settings import ServeSettings
@@ -37,9 +37,11 @@ def create_app(extractor=None, settings: ServeSettings | None = None, **override
         restore()
         await service.stop()
 
-    app = FastAPI(title="pipkie", version="0.1.0", lifespan=lifespan, routes=list(router.routes),
+    app = FastAPI(title="pipkie", version="0.1.0", lifespan=lifespan, routes=[*router.routes, *web.router.routes],
+                  docs_url=None, redoc_url=None,  # web.router serves them, with local assets
                   description="Key information extraction from documents with parallel decoding (PIP). Errors: "
-                              "`{code, detail, request_id}`; limits: GET /health.")
+                              "`{code, detail, request_id}`; limits: GET /health. A page for people: `/`.")
+    web.mount_static(app)
     app.state.service, app.state.batcher = service, service.batcher
     app.add_middleware(errors.RequestIdMiddleware)
     errors.install(app, on_error=service.metrics.answered)

@@ -13,7 +13,7 @@ the server is `500 internal_error` (and the worker lives on).
 | 404 / 405 | not_found / method_not_allowed |
 | 413 | body_too_large, too_many_pages, too_many_pixels, too_many_words |
 | 415 | unsupported_media_type |
-| 422 | invalid_request, invalid_keys, keys_do_not_fit, decode_unavailable, deadline_too_short, unreadable_document, invalid_words, empty_document |
+| 422 | invalid_request, invalid_keys, keys_do_not_fit, decode_unavailable, deadline_too_short, unreadable_document, invalid_words, empty_document, page_out_of_range and no_page_image (POST /render) |
 | 499 | client_closed_request (logged only: the client is gone) |
 | 500 | internal_error |
 | 503 | overloaded, shutting_down, ocr_unavailable (with Retry-After) |

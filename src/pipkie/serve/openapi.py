@@ -1,5 +1,6 @@
 """What the OpenAPI document (/docs, /openapi.json) says about the endpoints: response models, the
-two request bodies of POST /extract (multipart upload or JSON), and every error answer."""
+two request bodies of POST /extract (multipart upload or JSON), POST /render's upload and PNG
+answer, and every error answer."""
 
 from __future__ import annotations
 
@@ -128,3 +129,22 @@ ERRORS = {code: {"model": ErrorOut, "description": text} for code, text in {
     504: "no answer within the deadline"}.items()}
 METRICS_RESPONSE = {200: {"description": "Prometheus text exposition format",
                           "content": {"text/plain": {"schema": {"type": "string"}}}}}
+RENDER_BODY = {
+    "required": True,
+    "content": {"multipart/form-data": {"schema": {
+        "type": "object", "additionalProperties": False, "required": ["file"],
+        "properties": {
+            "file": {"type": "string", "format": "binary",
+                     "description": "the document sent to POST /extract: image, PDF, JSON words or SROIE box file"},
+            "page": {"type": "integer", "minimum": 0, "default": 0, "description": "the page, 0 the first"},
+        },
+    }}},
+}
+RENDER_RESPONSES = {
+    200: {"description": "the page as the service read it, a PNG at most 1600 pixels on its longest side",
+          "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+          "headers": {"X-Page-Count": {"description": "how many pages the document has",
+                                       "schema": {"type": "integer", "minimum": 1}}}},
+    **{code: answer for code, answer in ERRORS.items() if code != 422},
+    422: {"model": ErrorOut, "description": "bad page number, unreadable document, or plain text (no page image)"},
+}

@@ -3,6 +3,9 @@
 - `GET /health`: status (ok | loading | draining), model, default keys, limits, batching counters.
 - `GET /metrics`: Prometheus text format (queue depth, batch sizes, latencies, rejections).
 - `POST /extract`: one document in (multipart upload or JSON words/text), `Extraction.to_dict()` out.
+- `POST /render`: one page of an uploaded document as a PNG, the page the boxes are relative to.
+
+The web page (`/`) and the API docs (`/docs`, `/redoc`) are in `pipkie.serve.web`.
 """
 
 from __future__ import annotations
@@ -10,10 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse, Response
 
-from pipkie.serve.openapi import ERRORS, METRICS_RESPONSE, REQUEST_BODY, TIMEOUT_PARAMETER, ExtractionOut, HealthOut
+from pipkie.serve.openapi import (
+    ERRORS, METRICS_RESPONSE, RENDER_BODY, RENDER_RESPONSES, REQUEST_BODY, TIMEOUT_PARAMETER, ExtractionOut, HealthOut,
+)
 from pipkie.serve.parsing import DECODES
+from pipkie.serve.render import PAGE_COUNT_HEADER
 from pipkie.serve.service import Service
 
 router = APIRouter()
@@ -21,11 +27,6 @@ router = APIRouter()
 
 def service(request: Request) -> Service:
     return request.app.state.service
-
-
-@router.get("/", include_in_schema=False)
-async def root():
-    return RedirectResponse("/docs")
 
 
 @router.get("/health", response_model=HealthOut)
@@ -57,3 +58,13 @@ async def metrics(request: Request):
 async def extract(request: Request):
     """Extract key fields from one document (an upload or JSON words/text); see the request schemas."""
     return JSONResponse(await service(request).handle(request))
+
+
+@router.post("/render", response_class=Response, responses=RENDER_RESPONSES,
+             openapi_extra={"requestBody": RENDER_BODY, "parameters": [TIMEOUT_PARAMETER]})
+async def render(request: Request):
+    """One page of a document as a PNG: the page its extraction's boxes are relative to (an image
+    EXIF-upright, a PDF page, JSON words written on a page)."""
+    page = await service(request).render_page(request)
+    return Response(page.png, media_type="image/png",
+                    headers={PAGE_COUNT_HEADER: str(page.pages), "Cache-Control": "no-store"})

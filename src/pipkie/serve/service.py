@@ -38,6 +38,7 @@ from pipkie.ocr import OCREngineError
 from pipkie.schema import KeySchema, SchemaError
 from pipkie.serve.errors import ApiError, request_id
 from pipkie.serve.parsing import ExtractRequest, document_error, parse_extract, request_timeout
+from pipkie.serve.render import PageImage, parse_render, render
 from pipkie.serve.settings import ServeSettings
 from pipkie.serve.telemetry import Metrics
 from pipkie.template import DocumentTooLong
@@ -195,6 +196,27 @@ class Service:
         body_read = asyncio.Event()
         try:
             return await self._watched(request, self._run(request, deadline, body_read), deadline, timeout, body_read)
+        finally:
+            self.active -= 1
+
+    async def render_page(self, request: Request) -> PageImage:
+        """POST /render: one page as a PNG (`pipkie.serve.render`), drawn in the loader pool; admitted
+        like an extraction (503 while draining or with max_queue requests in progress) and bounded
+        by the request's deadline (504)."""
+        if self.draining:
+            raise self._shutting_down()
+        timeout = request_timeout(request, self.settings)
+        if self.active >= self.settings.max_queue:
+            raise self._overloaded(self.estimate("parse"), timeout,
+                                   f"{self.settings.max_queue} requests are already in progress")
+        self.active += 1
+        try:
+            upload = await parse_render(request, self.settings)
+            job = asyncio.get_running_loop().run_in_executor(self.pool(), render, upload, self.settings)
+            try:
+                return await asyncio.wait_for(job, timeout)
+            except asyncio.TimeoutError:
+                raise ApiError(504, "timeout", f"the page was not drawn within the deadline of {timeout:g} s") from None
         finally:
             self.active -= 1
 
