@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 WEIGHTS = {"adapter_model.safetensors", "model.safetensors", "copy_head.safetensors"}
@@ -37,9 +38,11 @@ def main() -> None:
         if f.name not in KEEP:
             continue
         if f.name in WEIGHTS:
+            with safe_open(f, "pt") as handle:
+                metadata = handle.metadata() or {}  # e.g. the copy head's sizes
             tensors = load_file(f)
             save_file({k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()},
-                      args.dst / f.name, metadata={"format": "pt"})
+                      args.dst / f.name, metadata={"format": "pt", **metadata})
         else:
             shutil.copy2(f, args.dst / f.name)
     if args.ar_baseline:
