@@ -35,15 +35,18 @@ def list_inputs(src: str | Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in EXTENSIONS)
 
 
+def _relative(path: Path, src: Path) -> Path:
+    return path.relative_to(src) if src.is_dir() else Path(path.name)
+
+
 def output_path(path: Path, src: Path, out: Path) -> Path:
-    rel = path.relative_to(src) if src.is_dir() else Path(path.name)
+    rel = _relative(path, src)
     return out / rel.with_name(rel.name + ".json")
 
 
 def doc_id(path: Path, src: Path) -> str:
     """The file's path under `src` without its extension, `/` -> `_` (WildReceipt's ids too)."""
-    rel = path.relative_to(src) if src.is_dir() else Path(path.name)
-    return str(rel.with_suffix("")).replace(os.sep, "_")
+    return str(_relative(path, src).with_suffix("")).replace(os.sep, "_")
 
 
 def ocr_folder(src: str | Path, out: str | Path, *, engine: str = "rapidocr", threads: int = 1,

@@ -24,6 +24,7 @@ ground truth alike) and OCR-like character errors in the words only (`noise`).
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 from functools import lru_cache
 from typing import Iterator
 
@@ -269,8 +270,6 @@ def _invoice(rng: random.Random, _fake, fit, rule: str, missing_prob: float, var
     number = rng.choice(("INV-{:05d}", "{:06d}", "F{:07d}", "2023-{:04d}", "RE{:05d}")).format(rng.randrange(10**4, 10**5))
     issued = L.random_day(rng)
     fmt = rng.choice(loc.date_formats)
-    from datetime import timedelta
-
     meta = [(rng.choice(("Invoice No:", "Invoice #", "Number:", "Rechnungsnr.", "N°")), number, "invoice_number"),
             (rng.choice(("Invoice Date:", "Date:", "Datum:", "Issued:")), L.format_date(issued, fmt, rng), "invoice_date")]
     if has(0.7):

@@ -140,7 +140,8 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
     from pipkie.train.mixture import Mixture, item_share, templates
 
     mixture = Mixture.from_config(cfg.mixture, seed=cfg.seed)
-    corpus = [serialize(d) for s in mixture.sources if s.docs for d in s.docs[:200]]
+    # only the compact track trains a tokenizer (on a sample of the mixture's fixed documents)
+    corpus = [serialize(d) for s in mixture.sources if s.docs for d in s.docs[:200]] if cfg.base == "compact" else None
     model, tokenizer = build_model(cfg, corpus=corpus)
     budgets = inference_budgets(cfg)
     builder = TemplateBuilder(tokenizer, max_length=cfg.max_length, budgets=budgets,
