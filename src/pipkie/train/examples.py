@@ -63,11 +63,11 @@ def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list
                 objective: str, rng: random.Random, reveal: float = 0.0) -> Instance:
     """Document prefix + one answer block per schema (PIP masks or AR answers)."""
     reserved = max((builder.template_length(s) if objective == "pip" else builder.ar_reserved(s)) for s in schemas)
-    prefix, _ = builder.prefix(text, reserved, answer=objective == "pip")
-    n = len(prefix)
+    fit = builder.fit(text, reserved, answer=objective == "pip")
+    prefix, n = fit.ids, len(fit.ids)
     inst = Instance(list(prefix), list(range(n)), [0] * n, [IGNORE] * n)
-    if builder.copy and objective == "pip":
-        inst.stream = builder.copy_stream(prefix, *builder.document_span(n))
+    if builder.copy and objective == "pip":  # (never from the cut marker of a document cut to fit)
+        inst.stream = builder.copy_stream(prefix, *builder.document_span(n), seam=fit.seam)
     next_block, next_group = 1, 0  # flat blocks count from 1, group blocks from GROUP_BLOCK + 1
     for b, schema in enumerate(schemas, start=1):
         if objective == "pip":
@@ -131,11 +131,11 @@ def copy_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, bl
         spans.append((key[:60] or "start", value))
     values = {f"k{j}": v for j, (_, v) in enumerate(spans)}
     budget = max([len(builder.value_ids(v, max_value)) + 1 for v in values.values()] + [2])
-    prefix, _ = builder.prefix(text, reserved=len(spans) * (budget + 24))
-    n = len(prefix)
+    fit = builder.fit(text, reserved=len(spans) * (budget + 24))
+    prefix, n = fit.ids, len(fit.ids)
     inst = Instance(list(prefix), list(range(n)), [0] * n, [IGNORE] * n)
     if builder.copy:
-        inst.stream = builder.copy_stream(prefix, *builder.document_span(n))
+        inst.stream = builder.copy_stream(prefix, *builder.document_span(n), seam=fit.seam)
     for j, (key, value) in enumerate(spans, start=1):
         header = builder._ids(f"\n{key}:")
         v = builder.value_ids(value, budget)

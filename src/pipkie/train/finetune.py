@@ -47,7 +47,9 @@ def build_model(cfg: TrainConfig, corpus: list[str] | None = None):
         model, tokenizer, _ = load_model(cfg.base)
     add_tokens_to_model(model, tokenizer, cfg.slot_tokens)
     model.train()
-    if cfg.lora_r:
+    if cfg.init:
+        model = _continue_from(cfg, model)
+    elif cfg.lora_r:
         from peft import LoraConfig, get_peft_model
 
         new_ids = tokenizer.convert_tokens_to_ids(specials)
@@ -57,6 +59,27 @@ def build_model(cfg: TrainConfig, corpus: list[str] | None = None):
     if cfg.copy_head and get_head(model) is None:  # (a stage-1 model brings its trained head)
         attach(model, CopyHead(model.config.hidden_size))
     return model, tokenizer
+
+
+def _continue_from(cfg: TrainConfig, model):
+    """`model` (the base with pipkie's tokens) wrapped in `cfg.init`'s trainable adapter and copy head."""
+    from peft import PeftModel
+
+    from pipkie.modeling import Settings
+
+    init = Path(cfg.init)
+    if not (init / "adapter_config.json").exists():
+        raise ValueError(f"init={cfg.init}: not a LoRA model directory (no adapter_config.json)")
+    settings = Settings.load(init)
+    if settings.base not in (None, cfg.base) or settings.slot_tokens != cfg.slot_tokens:
+        raise ValueError(f"init={cfg.init} was trained on base={settings.base!r} with slot_tokens="
+                         f"{settings.slot_tokens}; this config has base={cfg.base!r}, slot_tokens={cfg.slot_tokens}")
+    model = PeftModel.from_pretrained(model, str(init), is_trainable=True)
+    if cfg.copy_head:
+        if not settings.copy_head:
+            raise ValueError(f"init={cfg.init} has no copy head but the config asks for one")
+        attach(model, CopyHead.load(init))
+    return model
 
 
 def _saver(cfg: TrainConfig, model, tokenizer, objective: str):
