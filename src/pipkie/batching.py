@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -100,13 +101,19 @@ class Batcher:
 
     def estimated_wait(self, coming: int = 0) -> float:
         """Seconds until a job submitted now would be answered, behind `coming` more jobs on their
-        way (documents still loading); 0 before anything was measured."""
+        way (documents still loading); 0 before anything was measured.
+
+        Counted in whole model calls: a job's answer comes when its call ends, and on a busy service
+        the jobs that arrive after it fill its call up to `max_batch` (counting only the jobs ahead of
+        it under-estimated by up to max_batch - 1 documents, and answers came after their deadline)."""
         per_doc = self.seconds_per_doc.value
         if per_doc is None:
             return 0.0
         docs, since = self._running
         running = max(0.0, docs * per_doc - (time.monotonic() - since)) if docs else 0.0
-        return running + (self.queued + coming + 1) * per_doc + self.max_wait
+        ahead = self.queued + coming + 1  # this job included
+        per_call = self.max_batch if self.busy else min(ahead, self.max_batch)
+        return running + math.ceil(ahead / self.max_batch) * per_call * per_doc + self.max_wait
 
     def _ensure_worker(self) -> None:
         loop = asyncio.get_running_loop()
