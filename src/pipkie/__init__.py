@@ -6,12 +6,18 @@ from pipkie.document import Document, Word  # noqa: E402
 from pipkie.schema import Key, KeySchema  # noqa: E402
 
 
-def __getattr__(name):  # the Extractor pulls in torch/transformers: import it lazily
-    if name in ("Extractor", "Extraction"):
-        from pipkie import extract
-
-        return getattr(extract, name)
-    raise AttributeError(name)
+_LAZY = {  # name -> module: these pull in torch/transformers or OCR engines, so they are imported on first use
+    "Extractor": "pipkie.extract", "Extraction": "pipkie.extract", "Field": "pipkie.extract",
+    "load_document": "pipkie.loaders", "DocumentError": "pipkie.loaders", "OCREngineError": "pipkie.ocr",
+}
 
 
-__all__ = ["Document", "Word", "Key", "KeySchema", "Extractor", "Extraction"]
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pipkie' has no attribute {name!r}")
+
+
+__all__ = ["Document", "Word", "Key", "KeySchema", *_LAZY]
