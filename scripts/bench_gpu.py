@@ -5,12 +5,12 @@
 
 What is timed, per model size and batch size (bf16, after a warm-up, CUDA-synchronised):
 - `pip`: one forward pass over document + answer template (PIP's block attention), argmax at every
-  slot, as pipkie's default runs it (`pipkie.decode.OnePass` on the "pipkie_sdpa" attention): one
+  slot, as pipkie's default runs it (`pipkie.decoding.pip.OnePass` on the "pipkie_sdpa" attention): one
   call, the document's rows on sdpa's causal kernel, the template's rows with their slice of the
-  block mask (`pipkie.attention.pip_sdpa_attention`);
+  block mask (`pipkie.model.attention.pip_sdpa_attention`);
 - `pip-mask`: the same pass with the whole explicit block mask (plain sdpa: no causal kernel);
 - `pip-split`: the causal prefix, then the template on its KV cache, in two calls
-  (`pipkie.decode.SplitPass`, pipkie's route when refining);
+  (`pipkie.decoding.pip.SplitPass`, pipkie's route when refining);
 - `floor`: one plain causal forward pass over an input of the same length;
 - `ar-forced`: causal prefill of document + key list, then per key its header is fed and the value
   generated greedily token by token with the KV cache;
@@ -33,7 +33,7 @@ import time
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
-from pipkie.attention import PIP_SDPA, build_attention_mask
+from pipkie.model.attention import PIP_SDPA, build_attention_mask
 
 SIZES = {  # Qwen2-VL-2B / -7B language models
     "qwen2-vl-2b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,

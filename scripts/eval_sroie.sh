@@ -29,7 +29,7 @@ case "$mode" in
   pip)        need "$PIP" PIP; run --decode pip --model "$PIP" --batch-size 4 --json "results/sroie-pip$TAG.json" "$@" ;;
   pip-refine) need "$PIP" PIP; run --decode pip --refine-steps 2 --model "$PIP" --batch-size 4 --json "results/sroie-pip-refine2$TAG.json" "$@" ;;
   ar-forced)  need "$AR" AR; run --decode ar-forced --model "$AR" --batch-size 8 --json "results/sroie-ar-forced$TAG.json" "$@" ;;
-  ar-free|ar) need "$AR" AR; run --decode ar-free --model "$AR" --batch-size 8 --json "results/sroie-ar-free$TAG.json" "$@" ;;
+  ar-free) need "$AR" AR; run --decode ar-free --model "$AR" --batch-size 8 --json "results/sroie-ar-free$TAG.json" "$@" ;;
   all) for m in pip ar-forced ar-free; do "$0" "$m" "$@"; done ;;
   *) echo "usage: $0 pip|pip-refine|ar-forced|ar-free|all [pipkie evaluate options]" >&2; exit 2 ;;
 esac

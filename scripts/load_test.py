@@ -51,8 +51,8 @@ def build_tiny_model(directory: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pipkie.modeling import Settings, add_tokens_to_model, compact_config
-    from pipkie.template import SPECIAL_TOKENS
+    from pipkie.model.modeling import Settings, add_tokens_to_model, compact_config
+    from pipkie.model.template import SPECIAL_TOKENS
     from pipkie.train.tokenizer import train_tokenizer
 
     texts = ["TOTAL RM 85.54 PETRODELI ENTERPRISE 26/02/18 LOT 485 JALAN company date address total unknown : \n"] * 8

@@ -31,7 +31,7 @@ def corpus(n: int = 200, seed: int = 0) -> list[str]:
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from pipkie.template import SPECIAL_TOKENS
+    from pipkie.model.template import SPECIAL_TOKENS
     from pipkie.train.tokenizer import train_tokenizer
 
     return train_tokenizer(corpus() + ["company date total address name city code amount unknown : \n"],
@@ -41,10 +41,10 @@ def tokenizer():
 def tiny_model(tokenizer, arch: str = "qwen2", attn: str = "sdpa", seed: int = 0, slot_tokens: int = 0, **kw):
     from transformers import AutoModelForCausalLM
 
-    from pipkie.modeling import add_tokens_to_model, compact_config
+    from pipkie.model.modeling import add_tokens_to_model, compact_config
 
     torch.manual_seed(seed)
-    from pipkie.template import add_special_tokens
+    from pipkie.model.template import add_special_tokens
 
     add_special_tokens(tokenizer, slot_tokens)
     cfg = compact_config(len(tokenizer), arch, **{**dict(hidden=64, layers=2, heads=4, ffn=128), **kw})

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from pipkie.decode import _block_ids, _slot_mask, encode_document, pip_decode_cached, pip_forward
+from pipkie.decoding.pip import _block_ids, _slot_mask, encode_document, pip_decode_cached, pip_forward
 from pipkie.schema import KeySchema
-from pipkie.template import TemplateBuilder
+from pipkie.model.template import TemplateBuilder
 from tests.conftest import tiny_model
 
 DOC = "apple berry cedar\ndelta 12/3 ember\nfrost grove 9/1"
@@ -92,7 +92,7 @@ def test_cached_document_equals_uncached(tokenizer, arch):
 
 def test_packed_blocks_are_isolated(tokenizer):
     """Training packs several answer blocks after one document; each must act as if alone."""
-    from pipkie.attention import build_attention_mask
+    from pipkie.model.attention import build_attention_mask
 
     model = tiny_model(tokenizer)
     block = torch.tensor([[0, 0, 0, 1, 1, 2, 2]])
@@ -114,7 +114,7 @@ def test_index_mask_equals_transformers_vmap_path(tokenizer, attn, pattern, cach
     from transformers.cache_utils import DynamicCache
     from transformers.masking_utils import create_causal_mask
 
-    from pipkie.attention import build_attention_mask, extra_pattern, isolated_template_blocks
+    from pipkie.model.attention import build_attention_mask, extra_pattern, isolated_template_blocks
 
     model = tiny_model(tokenizer, attn=attn)
     block = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 1, 2, 2], [0, 0, 0, 0, 1, 1, 2, 2, 2, 0]])
@@ -143,8 +143,8 @@ def test_pip_sdpa_runs_the_prefix_on_the_causal_kernel_with_the_same_result(toke
     """"pipkie_sdpa" splits a PIP pass: prefix rows on sdpa's causal kernel, template rows through
     their slice of the mask. Same hidden states as sdpa with the whole explicit mask; with left
     padding in the batch it falls back to the mask (and still agrees)."""
-    from pipkie.attention import PIP_SDPA, causal_rows, enable_pip_attention
-    from pipkie.decode import OnePass
+    from pipkie.model.attention import PIP_SDPA, causal_rows, enable_pip_attention
+    from pipkie.decoding.pip import OnePass
 
     model = tiny_model(tokenizer, arch)
     b = TemplateBuilder(tokenizer, max_length=128, default_budget=4, field_blocks=field_blocks)
@@ -181,7 +181,7 @@ def test_pip_sdpa_runs_the_prefix_on_the_causal_kernel_with_the_same_result(toke
 def test_pip_sdpa_is_plain_sdpa_without_pip_rows(tokenizer):
     """AR decoding and plain causal passes under "pipkie_sdpa" are sdpa's, bit for bit; vision-language
     configs (sub-configs) and non-sdpa models are not switched."""
-    from pipkie.attention import enable_pip_attention
+    from pipkie.model.attention import enable_pip_attention
 
     model = tiny_model(tokenizer)
     ids = torch.randint(5, 300, (2, 9))

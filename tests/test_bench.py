@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from pipkie.bench import bench, markdown_table
+from pipkie.eval.bench import bench, markdown_table
 from tests.test_extract import AR_BASELINE, BUDGETS, tiny_model_dir  # noqa: F401  (session fixture)
 
 
@@ -40,8 +40,8 @@ def test_ratios_and_tokens_per_second_match_independently_timed_regions(tiny_mod
     and every method answers the same values: the speed-ups, floor ratios (paired and of medians)
     and value tokens/s the benchmark reports must be those known numbers; PIP's unused slots and
     AR's headers and end tokens are no value tokens."""
-    import pipkie.bench as B
-    from pipkie.decode import FieldResult
+    import pipkie.eval.bench as B
+    from pipkie.decoding.pip import FieldResult
 
     clock = [0.0]
     monkeypatch.setattr(B.time, "perf_counter", lambda: clock[0])
@@ -61,8 +61,8 @@ def test_ratios_and_tokens_per_second_match_independently_timed_regions(tiny_mod
         spend("ar-free" if mode == "free" else "ar-forced", texts)
         return answers(texts, schemas)
 
-    monkeypatch.setattr(B, "pip_decode", fake_pip)
-    monkeypatch.setattr(B, "ar_decode", fake_ar)
+    monkeypatch.setattr("pipkie.decoding.pip.pip_decode", fake_pip)
+    monkeypatch.setattr("pipkie.decoding.ar.ar_decode", fake_ar)
     monkeypatch.setattr(B, "floor_pass", lambda model, builder, texts, schema: spend("floor", texts))
     result = bench(model_path=str(tiny_model_dir), dataset="sroie", data_dir=str(shared_data / "sroie"),
                    batch_sizes=(1, 2), limit=4, threads=1, sweeps=False, log=lambda *a: None)
@@ -94,7 +94,7 @@ def test_bench_without_an_ar_baseline_is_a_clear_error(tmp_path, shared_data):
     from typer.testing import CliRunner
 
     from pipkie.cli import app
-    from pipkie.modeling import NoARBaseline
+    from pipkie.model.modeling import NoARBaseline
     from tests.test_extract import build_tiny_model
 
     solo = build_tiny_model(tmp_path / "solo", ar_baseline=None)
@@ -113,7 +113,7 @@ def test_bench_without_an_ar_baseline_is_a_clear_error(tmp_path, shared_data):
 
 def test_repeats_keep_each_methods_fastest_time(tiny_model_dir, shared_data, monkeypatch):  # noqa: F811
     """--repeats R: every method times each batch R times (all methods alike) and keeps the fastest."""
-    import pipkie.bench as B
+    import pipkie.eval.bench as B
 
     real, calls = B._measure, []
 
@@ -132,8 +132,8 @@ def test_repeats_keep_each_methods_fastest_time(tiny_model_dir, shared_data, mon
 
 
 def test_sweeps_plot(tiny_model_dir, tmp_path):  # noqa: F811
-    from pipkie.bench import plot, run_sweeps
-    from pipkie.modeling import builder_for, load_model
+    from pipkie.eval.bench import plot, run_sweeps
+    from pipkie.model.modeling import builder_for, load_model
 
     model, tok, settings = load_model(tiny_model_dir)
     sweeps = run_sweeps(model, builder_for(tok, settings), settings.pattern, (1,), keys=(1, 2), lengths=(2, 4),
@@ -184,7 +184,7 @@ def test_a_killed_bench_resumes_where_it_stopped(tiny_model_dir, shared_data, tm
 def test_peak_rss_sees_a_freed_allocation(monkeypatch, kernel):
     """The peak is measured while the block runs, freed memory included: with the kernel's counter
     (Linux) and with the sampling thread (elsewhere)."""
-    from pipkie import bench
+    from pipkie.eval import bench
 
     if not kernel:
         monkeypatch.setattr(bench, "_reset_peak", lambda: False)

@@ -65,7 +65,7 @@ def test_pretty_json_schema_file_and_env_model(tiny_model_dir, tmp_path):
 
 @needs_sroie
 def test_draw_boxes_on_the_page(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr("pipkie.extract.pip_decode", answering({"company": "PETRODELI ENTERPRISE", "total": "85.54"}))
+    monkeypatch.setattr("pipkie.decoding.pip.pip_decode", answering({"company": "PETRODELI ENTERPRISE", "total": "85.54"}))
     out = tmp_path / "boxes.png"
     res = run("extract", BOX_FILE, "--model", tiny_model_dir, "--draw", out, "--decode", "pip")
     assert res.exit_code == 0, res.output
@@ -82,7 +82,7 @@ def test_draw_boxes_on_the_page(tiny_model_dir, tmp_path, monkeypatch):
 def test_usage_errors(tiny_model_dir, tmp_path):
     f = words_file(tmp_path)
     res = run("extract", f, "--model", tiny_model_dir, "--decode", "beam")
-    assert res.exit_code == 2 and "pip, ar, ar-forced" in res.output
+    assert res.exit_code == 2 and "pip, ar-free, ar-forced" in res.output
     res = run("extract", f, "--model", tiny_model_dir, "--keys", "a,,b")
     assert res.exit_code == 2 and "blank" in res.output
     res = run("extract", f, "--model", tmp_path / "no-model")

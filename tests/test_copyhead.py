@@ -6,12 +6,12 @@ import random
 import pytest
 import torch
 
-from pipkie.copyhead import CopyHead, FieldSpan, attach, field_nll, field_probs, get_head
-from pipkie.decode import encode_document, pip_decode, pip_decode_cached
+from pipkie.model.copyhead import CopyHead, FieldSpan, attach, field_nll, field_probs, get_head
+from pipkie.decoding.pip import encode_document, pip_decode, pip_decode_cached
 from pipkie.schema import KeySchema
-from pipkie.template import TemplateBuilder
+from pipkie.model.template import TemplateBuilder
 from pipkie.train.config import TrainConfig
-from pipkie.train.examples import collate, kv_instance, random_schemas
+from pipkie.train.instances import collate, kv_instance, random_schemas
 from pipkie.train.loop import loss_on_batch, train
 from tests.conftest import WORDS, tiny_model
 
@@ -99,7 +99,7 @@ def test_batched_equals_single_and_cached_equals_uncached(setup):
 def test_lm_head_runs_only_up_to_each_values_sure_end(setup):
     """Lazy decoding skips the LM head from a field's first slot with past > 0.5 on (its argmax is
     the end token whatever the LM head says): fewer LM-head rows, the same values and confidences."""
-    from pipkie.decode import OnePass, _collect
+    from pipkie.decoding.pip import OnePass, _collect
 
     model, b = setup
     encs = [b.pip(t, SCHEMA) for t in DOCS]
@@ -149,7 +149,7 @@ def test_the_length_prior_stops_a_value(start, expected):
     are inside the value and later slots past its end, wherever it starts; near the end of the
     document a value cannot be longer than what is left (20 stream tokens, 6 slots; from token 18,
     lengths 1 and 2 remain, equally likely)."""
-    from pipkie.copyhead import start_gate_past
+    from pipkie.model.copyhead import start_gate_past
 
     head = CopyHead(16, dim=8)
     with torch.no_grad():
@@ -209,7 +209,7 @@ def test_tiny_model_learns_to_copy_values_it_never_saw(tokenizer, tmp_path):
 def test_stage1_span_copy_trains_the_head_next_to_masked_reconstruction(setup):
     """Stage 1 with a copy head: span-copy blocks carry copy fields whose value is a run of the
     stream; a batch mixing them with masked reconstruction gets one loss over both."""
-    from pipkie.train.examples import copy_instance, mask_instance
+    from pipkie.train.instances import copy_instance, mask_instance
 
     model, b = setup
     text = "apple berry cedar delta\nember frost grove harbor\nisland jade kite lemon"
@@ -231,8 +231,8 @@ def test_stage1_span_copy_trains_the_head_next_to_masked_reconstruction(setup):
 def test_refit_head_on_frozen_features(tokenizer, shared_data, tmp_path):
     """Stage 2b end to end on a tiny model: features from the training split, the head refitted,
     the best held-out epoch kept, the model with its new head written and loadable."""
-    from pipkie.modeling import Settings, load_model
-    from pipkie.train.headfit import refit_head
+    from pipkie.model.modeling import Settings, load_model
+    from pipkie.train.refit_head import refit_head
 
     model = tiny_model(tokenizer, "llama", slot_tokens=6)
     attach(model, CopyHead(model.config.hidden_size, dim=16))

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from pipkie.document import Document, Word, load_jsonl, reading_order_lines, save_jsonl, serialize
+from pipkie.io.document import Document, Word, load_jsonl, reading_order_lines, save_jsonl, serialize
 
 
 def skewed_receipt() -> Document:

@@ -10,7 +10,7 @@ from pipkie.data.cord import read_cord
 from pipkie.data.donut import flatten, read_donut, unflatten, write_donut
 from pipkie.data.errors import DataError
 from pipkie.data.synthetic import generate_receipts
-from pipkie.document import Document, Word
+from pipkie.io.document import Document, Word
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -4,7 +4,7 @@ import random
 
 from pipkie.data import locales as L
 from pipkie.data.receipts import INVOICE_KEYS, ITEM_FIELDS, RECEIPT_KEYS, generate_invoices, generate_world_receipts
-from pipkie.document import serialize
+from pipkie.io.document import serialize
 
 
 def test_document_i_depends_only_on_seed_and_i(tmp_path):

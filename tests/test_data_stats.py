@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from pipkie.data.stats import format_table, length_stats, main, value_coverage
-from pipkie.document import Document, Word
+from pipkie.io.document import Document, Word
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -4,7 +4,7 @@ import pytest
 from PIL import Image
 
 from pipkie.data.synthetic import FORM_FIELDS, generate_forms, generate_receipts, ocr_noise
-from pipkie.document import serialize
+from pipkie.io.document import serialize
 
 RECEIPT_KEYS = {"company", "date", "address", "total"}
 

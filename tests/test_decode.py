@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from pipkie.ar import ARStats, ar_decode, parse_free_answer
-from pipkie.decode import pip_decode
+from pipkie.decoding.ar import ARStats, ar_decode, parse_free_answer
+from pipkie.decoding.pip import pip_decode
 from pipkie.schema import KeySchema
-from pipkie.template import TemplateBuilder
+from pipkie.model.template import TemplateBuilder
 from tests.conftest import tiny_model
 
 DOCS = ["apple berry cedar\ndelta 12/3 ember", "frost grove\nharbor island jade kite 9/1\nlemon maple north",
@@ -115,8 +115,8 @@ def test_padded_vocabulary_changes_no_output(tokenizer):
     give the same logits, the same PIP predictions and the same AR answers."""
     import copy
 
-    from pipkie.copyhead import CopyHead, attach
-    from pipkie.modeling import VocabSlice, pad_vocabulary
+    from pipkie.model.copyhead import CopyHead, attach
+    from pipkie.model.modeling import VocabSlice, pad_vocabulary
 
     model = tiny_model(tokenizer, slot_tokens=4)
     attach(model, CopyHead(model.config.hidden_size, dim=8).eval())
@@ -140,7 +140,7 @@ def test_padded_vocabulary_changes_no_output(tokenizer):
 def test_a_value_without_its_end_token_is_truncated(tokenizer):
     """A value that fills its budget (no end token among its slots, or an AR answer cut by its token
     budget) is flagged; one closed inside its budget, or missing, is not."""
-    from pipkie.decode import _field_result
+    from pipkie.decoding.pip import _field_result
 
     b = TemplateBuilder(tokenizer)
     apple = b.value_ids("apple berry", 8)

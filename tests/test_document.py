@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipkie.document import Document, Word, reading_order_lines, serialize
+from pipkie.io.document import Document, Word, reading_order_lines, serialize
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 EXAMPLES = int(os.environ.get("PIPKIE_FUZZ_EXAMPLES", "150"))

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipkie.calibration import calibration, calibration_pairs, reliability_diagram
-from pipkie.compare import compare_files, compare_rows, paired_bootstrap
+from pipkie.eval.calibration import calibration, calibration_pairs, reliability_diagram
+from pipkie.eval.compare import compare_files, compare_rows, paired_bootstrap
 from tests.conftest import require_shared_data
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from pipkie.document import Document, Word, serialize
+from pipkie.io.document import Document, Word, serialize
 from tests.test_extract import (BUDGETS, KLEISTER, SAMPLE, receipt_doc,  # noqa: F401  (session fixtures)
                                 tiny_copy_extractor, tiny_extractor, tiny_model_dir)
 
@@ -52,7 +52,7 @@ def test_explain_with_a_copy_head_shows_where_the_value_starts(tiny_copy_extract
     """With a copy head, explain reports extract's value and confidence (the copy head decides them)
     and the head's start distribution: over the copy stream it sums to 1, over words to what falls
     on words; the heat map draws it beside the attention."""
-    from pipkie.decode import pip_decode
+    from pipkie.decoding.pip import pip_decode
     from pipkie.explain import draw_heatmap, explain
     from pipkie.schema import KeySchema
 

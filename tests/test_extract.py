@@ -19,8 +19,8 @@ import pytest
 import torch
 from PIL import Image
 
-from pipkie.decode import FieldResult
-from pipkie.document import Document, Word, serialize
+from pipkie.decoding.pip import FieldResult
+from pipkie.io.document import Document, Word, serialize
 from pipkie.schema import KeySchema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,9 +49,9 @@ def build_tiny_model(directory: Path, seed: int = 0, *, objective: str = "pip", 
     `copy_head`: with a (random) copy head, slot tokens and field blocks, like the shipped model."""
     from transformers import AutoModelForCausalLM
 
-    from pipkie.copyhead import CopyHead
-    from pipkie.modeling import Settings, add_tokens_to_model, compact_config
-    from pipkie.template import SPECIAL_TOKENS
+    from pipkie.model.copyhead import CopyHead
+    from pipkie.model.modeling import Settings, add_tokens_to_model, compact_config
+    from pipkie.model.template import SPECIAL_TOKENS
     from pipkie.train.tokenizer import train_tokenizer
 
     directory = Path(directory)
@@ -85,7 +85,7 @@ def load_tiny_extractor(path: str):
 
 @functools.lru_cache(maxsize=None)
 def ocr_receipt() -> Document:
-    from pipkie.loaders import load_document
+    from pipkie.io.loaders import load_document
 
     return load_document(SAMPLE)
 
@@ -147,7 +147,7 @@ def test_extract_real_receipt_image(tiny_extractor, receipt_doc):
 
 
 def test_grounded_values_get_boxes_on_the_page(tiny_extractor, receipt_doc, monkeypatch):
-    monkeypatch.setattr("pipkie.extract.pip_decode",
+    monkeypatch.setattr("pipkie.decoding.pip.pip_decode",
                         answering({"company": "PETRODELI ENTERPRISE", "total": "85.54", "date": "26/02/18"}))
     result = tiny_extractor.extract(receipt_doc)
     check_extraction(result)
@@ -179,10 +179,10 @@ def test_born_digital_pdf_needs_no_ocr(tiny_extractor, tmp_path, monkeypatch):
     def no_ocr(*a, **k):
         raise AssertionError("a PDF with a text layer must not be OCR'd")
 
-    monkeypatch.setattr("pipkie.loaders.get_engine", no_ocr)
+    monkeypatch.setattr("pipkie.io.loaders.get_engine", no_ocr)
     pdf = tmp_path / "invoice.pdf"
     pdf.write_bytes(make_text_pdf([[(72, 720, 14, "ACME TRADING"), (72, 300, 12, "TOTAL 9.90")]]))
-    monkeypatch.setattr("pipkie.extract.pip_decode", answering({"company": "ACME TRADING", "total": "9.90"}))
+    monkeypatch.setattr("pipkie.decoding.pip.pip_decode", answering({"company": "ACME TRADING", "total": "9.90"}))
     result = tiny_extractor.extract(pdf, keys="company,total")
     check_extraction(result, ["company", "total"])
     assert result.document == "invoice"
@@ -219,11 +219,14 @@ def test_keys_schema_and_decodes(tiny_extractor):
     schema = {"type": "object", "properties": {"total": {"type": "string", "maxLength": 9},
                                                "vendor": {"type": ["string", "null"]}}}
     check_extraction(tiny_extractor.extract(None, schema=schema, text=text), ["total", "vendor"])
-    for decode in ("ar", "ar-forced"):
+    for decode in ("ar-free", "ar-forced"):
         check_extraction(tiny_extractor.extract(None, "total,date", decode=decode, text=text), ["total", "date"], decode)
     check_extraction(tiny_extractor.extract(None, "total", refine_steps=2, text=text), ["total"])
-    with pytest.raises(ValueError, match="decode must be one of"):
-        tiny_extractor.extract(None, "total", decode="beam", text=text)
+    for bad in ("beam", "ar"):  # one name per decoder (`pipkie.decoding.DECODERS`)
+        with pytest.raises(ValueError, match="choose one of pip, ar-free, ar-forced"):
+            tiny_extractor.extract(None, "total", decode=bad, text=text)
+    with pytest.raises(ValueError, match="does not refine"):
+        tiny_extractor.extract(None, "total", decode="ar-forced", refine_steps=1, text=text)
 
 
 def test_batching_changes_nothing(tiny_extractor):
@@ -261,7 +264,7 @@ def test_a_long_contract_keeps_its_end_and_the_flag_says_how_much_was_cut(tiny_e
     last tokens (slices of its own tokens, a marker line between), and extract says how many were
     dropped."""
     from pipkie.data import read_dataset
-    from pipkie.template import CUT_MARKER
+    from pipkie.model.template import CUT_MARKER
 
     ex, ks = tiny_extractor, KeySchema.parse(KEYS)
     doc = next(iter(read_dataset("kleister_nda", KLEISTER, "dev-0", limit=1)))
@@ -290,7 +293,7 @@ def test_a_cut_documents_copy_stream_is_document_tokens_only(tiny_extractor):
     """With the copy head's layout, every copy-stream position of a cut document is a token of the
     document (the marker is left out), so copy positions still map to the document's characters."""
     from pipkie.data import read_dataset
-    from pipkie.template import TemplateBuilder
+    from pipkie.model.template import TemplateBuilder
 
     doc = next(iter(read_dataset("kleister_nda", KLEISTER, "dev-0", limit=1)))
     text = serialize(doc)
@@ -309,16 +312,16 @@ def test_a_cut_documents_copy_stream_is_document_tokens_only(tiny_extractor):
 
 
 def test_ar_decodes_run_the_ar_baseline(tiny_extractor, tiny_model_dir):
-    """--decode ar / ar-forced run the model's AR baseline (pipkie.json `ar_baseline`), never the PIP
+    """--decode ar-free / ar-forced run the model's AR baseline (pipkie.json `ar_baseline`), never the PIP
     weights."""
-    from pipkie.ar import ar_decode
-    from pipkie.modeling import Settings, builder_for, load_model
+    from pipkie.decoding.ar import ar_decode
+    from pipkie.model.modeling import Settings, builder_for, load_model
 
     assert Settings.load(tiny_model_dir).ar_baseline == AR_BASELINE
     ar, tok, settings = load_model((tiny_model_dir / AR_BASELINE).resolve())
     assert settings.objective == "ar"
     text, ks = "Date 12/03/2019\nTotal 9.90", KeySchema.parse("total,date")
-    for decode, mode in (("ar", "free"), ("ar-forced", "forced")):
+    for decode, mode in (("ar-free", "free"), ("ar-forced", "forced")):
         want = ar_decode(ar, builder_for(tok, settings), [text], [ks], mode=mode)[0]
         got = tiny_extractor.extract(None, ks, decode=decode, text=text)
         assert got.values() == {k: f.value for k, f in want.items()}
@@ -332,11 +335,11 @@ def test_ar_decodes_run_the_ar_baseline(tiny_extractor, tiny_model_dir):
 
 def test_a_pip_model_without_ar_baseline_refuses_ar_decoding(tmp_path, tiny_model_dir):
     from pipkie.extract import Extractor
-    from pipkie.modeling import NoARBaseline, Settings
+    from pipkie.model.modeling import NoARBaseline, Settings
 
     solo = build_tiny_model(tmp_path / "solo", ar_baseline=None)
     ex = Extractor.from_pretrained(solo)
-    for decode in ("ar", "ar-forced"):
+    for decode in ("ar-free", "ar-forced"):
         with pytest.raises(NoARBaseline, match="no AR baseline"):
             ex.extract(None, "total", decode=decode, text="Total 9.90")
     assert ex.extract(None, "total", text="Total 9.90").decode == "pip"
@@ -344,7 +347,7 @@ def test_a_pip_model_without_ar_baseline_refuses_ar_decoding(tmp_path, tiny_mode
     with_ar = Extractor.from_pretrained(solo, ar_model=(tiny_model_dir / AR_BASELINE).resolve())
     assert with_ar.extract(None, "total", decode="ar-forced", text="Total 9.90").decode == "ar-forced"
     with pytest.raises(ValueError, match="not an AR model"):  # a PIP model is no AR baseline
-        Extractor.from_pretrained(solo, ar_model=solo).extract(None, "total", decode="ar", text="x")
+        Extractor.from_pretrained(solo, ar_model=solo).extract(None, "total", decode="ar-free", text="x")
     # a pipkie.json written before the field existed still loads (no baseline); a named baseline
     # that is not there is a clear error
     raw = json.loads((solo / "pipkie.json").read_text())
@@ -353,7 +356,7 @@ def test_a_pip_model_without_ar_baseline_refuses_ar_decoding(tmp_path, tiny_mode
     assert Settings.load(solo).ar_baseline is None and Settings.load(solo).keys == KEYS
     (solo / "pipkie.json").write_text(json.dumps({**raw, "ar_baseline": "../nowhere"}))
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        Extractor.from_pretrained(solo).extract(None, "total", decode="ar", text="x")
+        Extractor.from_pretrained(solo).extract(None, "total", decode="ar-free", text="x")
 
 
 def test_cli_extract_ar_without_baseline_is_a_clear_error(tmp_path, tiny_model_dir):

@@ -29,15 +29,15 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-import pipkie.loaders as loaders
-from pipkie.document import Document, serialize
-from pipkie.loaders import DocumentError, load_document
-from pipkie.ocr import OCRWord
+import pipkie.io.loaders as loaders
+from pipkie.io.document import Document, serialize
+from pipkie.io.loaders import DocumentError, load_document
+from pipkie.io.ocr import OCRWord
 from pipkie.schema import Key, KeySchema
 from pipkie.serve import ServeSettings
 from pipkie.serve.errors import ApiError
 from pipkie.serve.parsing import JSON_FIELDS, parse_extract, parse_keys, replay
-from pipkie.template import DocumentTooLong, TemplateBuilder
+from pipkie.model.template import DocumentTooLong, TemplateBuilder
 from tests.test_loaders import make_text_pdf
 
 EXAMPLES = int(os.environ.get("PIPKIE_FUZZ_EXAMPLES", "60"))
@@ -188,7 +188,7 @@ def test_keys_and_schemas_are_read_or_refused(spec, max_keys):
 # ---- templates ----------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def builder(max_length: int, default_budget: int, slot_tokens: int, field_blocks: bool, copy: bool) -> TemplateBuilder:
-    from pipkie.template import SPECIAL_TOKENS
+    from pipkie.model.template import SPECIAL_TOKENS
     from pipkie.train.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["TOTAL 9.90 Invoice company date address unknown : \n ümlaut 12/03/2019"] * 20,
@@ -239,14 +239,14 @@ words = st.lists(st.fixed_dictionaries(
     optional={"page": st.integers(-1, 6) | json_values}) | json_values, max_size=40)
 plausible = st.builds(lambda doc, extra: {**doc, **extra}, st.fixed_dictionaries({"words": words}) | st.fixed_dictionaries(
     {"text": st.text(max_size=200)}), st.fixed_dictionaries({}, optional={
-        "keys": st.lists(good_names, min_size=1, max_size=10), "decode": st.sampled_from(["pip", "ar", "ar-forced"]),
+        "keys": st.lists(good_names, min_size=1, max_size=10), "decode": st.sampled_from(["pip", "ar-free", "ar-forced"]),
         "refine_steps": st.integers(0, 8), "id": st.text(max_size=20), "normalized": st.booleans(),
         "page_sizes": st.lists(st.lists(st.integers(1, 3000), min_size=2, max_size=2), max_size=5)}))
 bodies = plausible | st.fixed_dictionaries({}, optional={
     "words": words, "text": st.text(max_size=200) | json_values, "page_sizes": st.lists(
         st.lists(st.integers(-1, 3000), min_size=2, max_size=2) | json_values, max_size=6) | json_values,
     "normalized": st.booleans() | json_values, "keys": keys_values, "schema": schemas,
-    "decode": st.sampled_from(["pip", "ar", "ar-forced", "beam", ""]) | json_values,
+    "decode": st.sampled_from(["pip", "ar-free", "ar-forced", "ar", "beam", ""]) | json_values,
     "refine_steps": st.integers(-2, 12) | json_values, "id": st.text(max_size=30) | json_values}) | st.dictionaries(
     st.sampled_from(sorted(JSON_FIELDS)) | st.text(max_size=8), json_values, max_size=6)
 SETTINGS = ServeSettings(max_pages=4, max_words=300, max_keys=8, max_upload_mb=0.25)

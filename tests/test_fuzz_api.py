@@ -21,8 +21,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-import pipkie.loaders as loaders
-from pipkie.ocr import OCRWord
+import pipkie.io.loaders as loaders
+from pipkie.io.ocr import OCRWord
 from pipkie.serve import create_app
 from tests.test_extract import tiny_extractor, tiny_model_dir  # noqa: F401
 

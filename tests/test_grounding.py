@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from pipkie.document import Document, Word
-from pipkie.grounding import PALETTE, Grounding, draw, ground, ground_fields, locate
-from pipkie.loaders import load_document
+from pipkie.io.document import Document, Word
+from pipkie.io.grounding import PALETTE, Grounding, draw, ground, ground_fields, locate
+from pipkie.io.loaders import load_document
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ocr"
 SROIE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sroie" / "train"

@@ -1,4 +1,4 @@
-"""Lists of items (pipkie.groups): schemas, the group template, its attention, one-pass decoding, AR."""
+"""Lists of items (pipkie.model.groups): schemas, the group template, its attention, one-pass decoding, AR."""
 
 import json
 import random
@@ -7,12 +7,12 @@ import pytest
 import torch
 from pydantic import BaseModel, Field
 
-from pipkie.attention import GROUP_BLOCK, build_attention_mask
-from pipkie.decode import FieldResult, _collect, pip_decode
-from pipkie.groups import ItemsResult, collect, items_budgets
+from pipkie.model.attention import GROUP_BLOCK, build_attention_mask
+from pipkie.decoding.pip import FieldResult, _collect, pip_decode
+from pipkie.model.groups import ItemsResult, collect, items_budgets
 from pipkie.schema import Group, Key, KeySchema, SchemaError
-from pipkie.template import TemplateBuilder
-from pipkie.train.examples import collate, kv_instance
+from pipkie.model.template import TemplateBuilder
+from pipkie.train.instances import collate, kv_instance
 from tests.conftest import tiny_model
 
 DOC = "apple store\nberry 3/1\ncedar 12/4\ntotal 15/5"
@@ -152,7 +152,7 @@ def test_group_attention_sees_document_itself_and_previous_group_only(tokenizer)
 def test_group_mask_equals_transformers_vmap_path(tokenizer, attn):
     from transformers.masking_utils import create_causal_mask
 
-    from pipkie.attention import extra_pattern, isolated_template_blocks
+    from pipkie.model.attention import extra_pattern, isolated_template_blocks
 
     model = tiny_model(tokenizer, attn=attn)
     g = GROUP_BLOCK
@@ -173,7 +173,7 @@ def test_group_mask_equals_transformers_vmap_path(tokenizer, attn):
 def test_one_forward_pass_whatever_the_number_of_items(tokenizer):
     """PIP decodes a batch of receipts of 1 and 9 item lines with 12 item groups in ONE forward pass
     of the model (its decoder counted), and every document gets its list."""
-    from pipkie.copyhead import CopyHead, attach
+    from pipkie.model.copyhead import CopyHead, attach
 
     model = tiny_model(tokenizer, slot_tokens=4)
     attach(model, CopyHead(model.config.hidden_size, 16))
@@ -225,7 +225,7 @@ def test_pip_collects_items_from_slot_tokens(tokenizer):
 
 
 def test_ar_free_answer_is_parsed_into_items(tokenizer):
-    from pipkie.ar import parse_free_answer
+    from pipkie.decoding.ar import parse_free_answer
 
     b = TemplateBuilder(tokenizer, default_budget=4)
     text = ("\ntotal: 15/5<|pip_end|>\nitems 1 name: berry<|pip_end|>\nitems 1 price: 3/1<|pip_end|>"
@@ -240,7 +240,7 @@ def test_ar_free_answer_is_parsed_into_items(tokenizer):
 def test_ar_forced_stops_a_list_when_an_item_closes_at_once(tokenizer, monkeypatch):
     """A model that closes every value at once: the forced decoder asks for the flat key and item 1's
     first field, then stops the list (no other item field is asked for)."""
-    from pipkie.ar import ARStats, ar_decode
+    from pipkie.decoding.ar import ARStats, ar_decode
 
     model = tiny_model(tokenizer)
     b = TemplateBuilder(tokenizer, max_length=512, default_budget=4)
@@ -262,7 +262,7 @@ def test_ar_forced_stops_a_list_when_an_item_closes_at_once(tokenizer, monkeypat
 def test_split_and_cached_passes_equal_the_one_pass_for_lists(tokenizer):
     """The group attention through a KV cache (SplitPass, the cached-document route) gives the one
     pass's predictions of every slot: the chain mask holds with a cache offset too."""
-    from pipkie.decode import (
+    from pipkie.decoding.pip import (
         OnePass,
         SplitPass,
         _block_ids,

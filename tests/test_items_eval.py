@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 
 from pipkie.cli import app
 from pipkie.data.wildreceipt import items_of, read_wildreceipt
-from pipkie.decode import FieldResult
-from pipkie.document import Document, Word
-from pipkie.eval_data import gold_items
-from pipkie.grounding import PALETTE
-from pipkie.groups import ItemsResult
-from pipkie.metrics import ItemScores, match_items
+from pipkie.decoding.pip import FieldResult
+from pipkie.io.document import Document, Word
+from pipkie.eval.gold import gold_items
+from pipkie.io.grounding import PALETTE
+from pipkie.model.groups import ItemsResult
+from pipkie.eval.metrics import ItemScores, match_items
 from pipkie.schema import Group, Key, KeySchema
 from tests.test_extract import tiny_model_dir  # noqa: F401  (session fixture)
 
@@ -109,7 +109,7 @@ def test_evaluate_wildreceipt_items(tiny_model_dir, shared_data, tmp_path):  # n
     assert result["keys"] == ["items[name,quantity,price]"] and result["fingerprint"]["lists"][0][0] == "items"
     rows = [json.loads(line) for line in out.with_suffix(".predictions.jsonl").read_text().splitlines()]
     assert all(isinstance(r["pred"]["items"], list) and isinstance(r["gold"]["items"], list) for r in rows)
-    from pipkie.evaluate import rescore
+    from pipkie.eval.evaluate import rescore
 
     assert rescore(out.with_suffix(".predictions.jsonl"))["items"]["items"] == s  # lists found by their shape
 
@@ -137,7 +137,7 @@ def _answer_items(model, builder, texts, schemas, **kw):
 
 
 def test_extract_prints_items_with_boxes_and_draws_one_colour_per_item(tiny_model_dir, tmp_path, monkeypatch):  # noqa: F811
-    monkeypatch.setattr("pipkie.extract.pip_decode", _answer_items)
+    monkeypatch.setattr("pipkie.decoding.pip.pip_decode", _answer_items)
     out = tmp_path / "items.png"
     res = run("extract", _items_words(tmp_path), "--keys", "total,items[name,quantity,price]", "--model", tiny_model_dir,
               "--draw", out)
@@ -185,7 +185,7 @@ def test_the_service_refuses_lists_with_a_clear_error():
 def test_bench_lines_sweep_on_a_tiny_model(tiny_model_dir, tmp_path):  # noqa: F811
     import random
 
-    from pipkie.bench_items import items_receipt, lines_bench
+    from pipkie.eval.bench_items import items_receipt, lines_bench
 
     text, items = items_receipt(5, random.Random(0))
     assert len(items) == 5 and all(f"{it['quantity']} {it['name']} {it['price']}" in text.split("\n") for it in items)
@@ -210,7 +210,7 @@ def test_bench_lines_sweep_on_a_tiny_model(tiny_model_dir, tmp_path):  # noqa: F
 
 
 def test_bench_schema_and_a_document_without_items():
-    from pipkie.bench_items import items_schema
+    from pipkie.eval.bench_items import items_schema
 
     assert items_schema(7) == KeySchema((), (Group("items", (Key("name"), Key("quantity"), Key("price")), 7),))
     assert Document("x").items({"name": "items.name"}) == []

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipkie.attention import GROUP_BLOCK
+from pipkie.model.attention import GROUP_BLOCK
 from pipkie.data.receipts import generate_invoices, generate_world_receipts
-from pipkie.document import serialize
+from pipkie.io.document import serialize
 from pipkie.schema import Group, Key, KeySchema
-from pipkie.template import TemplateBuilder
+from pipkie.model.template import TemplateBuilder
 from pipkie.train.keys import document_items, sample_schemas
 from pipkie.train.mixture import Source, templates
 from tests.conftest import WORDS
@@ -143,12 +143,12 @@ def test_tiny_model_learns_to_list_items(tmp_path):
     """2 layers, 64 wide, copy head, 180 steps (~70 s on one busy core): item F1 >= 0.9 on held-out
     receipts of 0-4 lines, each decoded in one pass with 4 item groups (surplus groups must say "no
     more items"; measured: F1 1.0, every list exactly right)."""
-    from pipkie.copyhead import CopyHead, attach
-    from pipkie.decode import pip_decode
-    from pipkie.metrics import ItemScores
-    from pipkie.template import SPECIAL_TOKENS, slot_token
+    from pipkie.model.copyhead import CopyHead, attach
+    from pipkie.decoding.pip import pip_decode
+    from pipkie.eval.metrics import ItemScores
+    from pipkie.model.template import SPECIAL_TOKENS, slot_token
     from pipkie.train.config import TrainConfig
-    from pipkie.train.examples import collate, kv_instance
+    from pipkie.train.instances import collate, kv_instance
     from pipkie.train.loop import train
     from pipkie.train.tokenizer import train_tokenizer
     from tests.conftest import corpus, tiny_model

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-import pipkie.loaders as loaders
-from pipkie.document import serialize
-from pipkie.loaders import DocumentError, load_document, render_pdf_page
-from pipkie.ocr import OCRWord
+import pipkie.io.loaders as loaders
+from pipkie.io.document import serialize
+from pipkie.io.loaders import DocumentError, load_document, render_pdf_page
+from pipkie.io.ocr import OCRWord
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ocr"
 SROIE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sroie" / "train"
@@ -278,7 +278,7 @@ def png_header(width: int, height: int) -> bytes:
 
 @pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
 def test_pixel_limit_is_checked_from_the_header(no_ocr):
-    from pipkie.loaders import LimitExceeded
+    from pipkie.io.loaders import LimitExceeded
 
     with pytest.raises(LimitExceeded, match="huge.png: image is 12000x12000 = 144,000,000 pixels, more than the "
                                             "limit of 40,000,000") as e:
@@ -293,7 +293,7 @@ def test_pixel_limit_is_checked_from_the_header(no_ocr):
 
 
 def test_each_tiff_frame_is_checked_before_it_is_decoded(fake_ocr, tmp_path):
-    from pipkie.loaders import LimitExceeded
+    from pipkie.io.loaders import LimitExceeded
 
     frames = [Image.new("L", (100, 100), 255), Image.new("L", (400, 400), 255)]
     path = tmp_path / "mixed.tiff"
@@ -304,7 +304,7 @@ def test_each_tiff_frame_is_checked_before_it_is_decoded(fake_ocr, tmp_path):
 
 
 def test_word_limit_in_every_form(fake_ocr):
-    from pipkie.loaders import LimitExceeded
+    from pipkie.io.loaders import LimitExceeded
 
     words = {"words": [{"text": f"w{i}", "box": [0, 0, 1, 1]} for i in range(6)]}
     pdf = make_text_pdf([[(72, 700, 10, "a b c")], [(72, 700, 10, "d e f")]])
@@ -324,7 +324,7 @@ def test_word_limit_in_every_form(fake_ocr):
 def test_a_set_cancel_event_stops_between_pages(no_ocr):
     import threading
 
-    from pipkie.loaders import LoadCancelled
+    from pipkie.io.loaders import LoadCancelled
 
     cancel = threading.Event()
     pdf = make_text_pdf([[(72, 700, 12, "a")], [(72, 700, 12, "b")]])
@@ -357,7 +357,7 @@ def test_json_words_refuse_non_numbers(box):
 
 
 def test_json_words_pages_are_limited():
-    from pipkie.loaders import LimitExceeded, words_document
+    from pipkie.io.loaders import LimitExceeded, words_document
 
     obj = {"words": [{"text": "x", "box": [0, 0, 1, 1], "page": 4}]}
     with pytest.raises(LimitExceeded, match="5 pages, more than the limit of 3"):

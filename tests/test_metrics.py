@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipkie.metrics import Scores, anls_score, loose_exact, score_field, values
+from pipkie.eval.metrics import Scores, anls_score, loose_exact, score_field, values
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -105,7 +105,7 @@ def test_loose_exact(pred, gold, expected):
 @pytest.mark.parametrize("name", ["sroie-pip-long-refit", "sroie-ar-forced-long"])
 def test_single_valued_scores_of_published_predictions_are_unchanged(name):
     """The SROIE numbers in results/ (shipped model: ANLS 94.6, F1 84.4) rescored by today's metric."""
-    from pipkie.evaluate import rescore
+    from pipkie.eval.evaluate import rescore
 
     published = json.loads((RESULTS / f"{name}.json").read_text())
     now = rescore(RESULTS / f"{name}.predictions.jsonl")
@@ -116,7 +116,7 @@ def test_single_valued_scores_of_published_predictions_are_unchanged(name):
 
 
 def test_shipped_models_predictions_rescore_to_the_model_cards_numbers():
-    from pipkie.evaluate import rescore
+    from pipkie.eval.evaluate import rescore
 
     now = rescore(RESULTS / "sroie-pip-long-refit.predictions.jsonl")
     assert (round(100 * now["anls"], 1), round(100 * now["f1"], 1), now["n_docs"]) == (94.6, 84.4, 347)

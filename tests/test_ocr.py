@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from pipkie.document import Document, serialize
-from pipkie.grounding import locate
-from pipkie.ocr import (
+from pipkie.io.document import Document, serialize
+from pipkie.io.grounding import locate
+from pipkie.io.ocr import (
     OCREngineError,
     OCRError,
     OCRWord,
@@ -155,7 +155,7 @@ def test_to_words_drops_blank_text_and_sets_page():
 
 
 def test_pixel_limit_before_decoding(monkeypatch):
-    from pipkie.ocr import MAX_PIXELS, ImageTooLarge
+    from pipkie.io.ocr import MAX_PIXELS, ImageTooLarge
 
     big = Image.new("L", (300, 200))
     buf = __import__("io").BytesIO()

@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from pipkie.cli import app
 from pipkie.data import read_dataset
-from pipkie.loaders import load_document
-from pipkie.ocr_folder import list_inputs, ocr_folder
+from pipkie.io.loaders import load_document
+from pipkie.io.ocr_folder import list_inputs, ocr_folder
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "receipt.jpg"
 

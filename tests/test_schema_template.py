@@ -7,7 +7,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from pipkie.schema import Key, KeySchema, SchemaError
-from pipkie.template import END, MASK, DocumentTooLong, TemplateBuilder, IGNORE
+from pipkie.model.template import END, MASK, DocumentTooLong, TemplateBuilder, IGNORE
 from tests.conftest import tiny_model
 
 
@@ -138,7 +138,7 @@ def test_max_length_becomes_enough_tokens_for_that_many_digits():
     its end token, where characters/3 gave 5 slots."""
     from pathlib import Path
 
-    from pipkie.modeling import load_tokenizer
+    from pipkie.model.modeling import load_tokenizer
 
     shipped = Path(__file__).resolve().parents[1] / "models" / "pipkie"
     tok = load_tokenizer(shipped)

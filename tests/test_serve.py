@@ -106,7 +106,7 @@ def test_json_words_from_precomputed_ocr(client, tiny_extractor, monkeypatch):
         parts = line.split(",", 8)
         if len(parts) == 9:
             words.append({"text": parts[8], "box": [int(v) for v in parts[:8]]})
-    monkeypatch.setattr("pipkie.extract.pip_decode", answering({"total": "85.54"}))
+    monkeypatch.setattr("pipkie.decoding.pip.pip_decode", answering({"total": "85.54"}))
     d = ok(client.post("/extract", json={"words": words, "page_sizes": [[664, 1664]], "id": BOX_FILE.stem}))
     assert d["fields"]["total"]["grounding"] == "exact" and d["fields"]["total"]["boxes"]
 

@@ -19,8 +19,8 @@ import uvicorn
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipkie.batching import Batcher, ShuttingDown
-from pipkie.document import Document
+from pipkie.serve.batcher import Batcher, ShuttingDown
+from pipkie.io.document import Document
 from pipkie.schema import KeySchema
 from pipkie.serve import create_app, drain_on_signals
 from tests.test_extract import tiny_extractor, tiny_model_dir  # noqa: F401
@@ -92,8 +92,8 @@ def test_until_an_image_is_timed_only_the_loader_threads_take_images(tiny_extrac
 
     from PIL import Image
 
-    import pipkie.loaders as loaders
-    from pipkie.ocr import OCRWord
+    import pipkie.io.loaders as loaders
+    from pipkie.io.ocr import OCRWord
 
     def slow_ocr(image):
         time.sleep(0.5)

@@ -26,7 +26,7 @@ def shipped():
 
 
 def test_the_default_is_the_shipped_model_and_names_its_ar_baseline():
-    from pipkie.modeling import Settings, ar_baseline_path, default_model_path
+    from pipkie.model.modeling import Settings, ar_baseline_path, default_model_path
 
     assert Path(default_model_path()) == MODEL
     settings = Settings.load(MODEL)
@@ -52,7 +52,7 @@ def test_shipped_model_reads_keys_it_was_not_given_by_name(shipped):
     """Keys as a user writes them, on a WildReceipt-style receipt (no spaces inside OCR segments):
     aliases never used as SROIE keys, and a key no receipt has. (Measured on this text: `total`
     comes out as `$60.4` and `time` as `19:19 SUBTOT`: value ends are this model's main error.)"""
-    from pipkie.document import Document
+    from pipkie.io.document import Document
 
     text = "CHOEUN\nKOREANRESTAURANT\n(714)879-3574\nDATE 12/30/2016FRI TIME 19:19\nSUBTOTAL $55.96\nTAX1 $4.48\nTOTAL $60.44"
     res = shipped.extract(Document(id="t", text=text), keys=["store name", "tel", "date", "passport_number"])

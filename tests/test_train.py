@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from pipkie.schema import KeySchema
-from pipkie.template import IGNORE, TemplateBuilder
+from pipkie.model.template import IGNORE, TemplateBuilder
 from pipkie.train.config import TrainConfig
-from pipkie.train.examples import collate, copy_instance, kv_instance, mask_instance
+from pipkie.train.instances import collate, copy_instance, kv_instance, mask_instance
 from pipkie.train.loop import train
 from tests.conftest import tiny_model
 
@@ -80,7 +80,7 @@ def test_resume_continues_the_same_loss_curve(tokenizer, tmp_path):
 
 def test_trained_tokenizer_reloads_with_its_own_rules(tmp_path):
     """A compact model's BPE must tokenize the same after save + load (not the architecture's rules)."""
-    from pipkie.modeling import compact_config, load_tokenizer
+    from pipkie.model.modeling import compact_config, load_tokenizer
     from pipkie.train.finetune import _pin_tokenizer_class
     from pipkie.train.tokenizer import train_tokenizer
     from tests.conftest import corpus
@@ -95,7 +95,7 @@ def test_trained_tokenizer_reloads_with_its_own_rules(tmp_path):
 
 
 def test_copy_instance_targets_are_the_span_after_the_key(tokenizer):
-    from pipkie.train.examples import copy_instance
+    from pipkie.train.instances import copy_instance
 
     b = TemplateBuilder(tokenizer, max_length=256, slot_tokens=4, field_blocks=True)
     text = "apple berry cedar delta ember frost grove harbor"
@@ -115,8 +115,8 @@ def test_a_fully_finetuned_model_saves_its_copy_head_once(tokenizer, tmp_path):
     weights file stays a plain checkpoint of the architecture, and both load back."""
     from safetensors import safe_open
 
-    from pipkie.copyhead import CopyHead, attach, get_head
-    from pipkie.modeling import load_model
+    from pipkie.model.copyhead import CopyHead, attach, get_head
+    from pipkie.model.modeling import load_model
     from pipkie.train.config import TrainConfig
     from pipkie.train.finetune import _saver
     from tests.conftest import tiny_model
@@ -136,7 +136,7 @@ def test_a_fully_finetuned_model_saves_its_copy_head_once(tokenizer, tmp_path):
 def test_init_continues_from_a_trained_lora_model(tokenizer, tmp_path):
     """`init`: a second round starts from the first round's adapter and copy head (not from zeros),
     keeps them trainable, and saves again an adapter of the same base; a wrong init is refused."""
-    from pipkie.copyhead import get_head
+    from pipkie.model.copyhead import get_head
     from pipkie.train.config import TrainConfig
     from pipkie.train.finetune import _saver, build_model
     from tests.conftest import tiny_model

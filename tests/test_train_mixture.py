@@ -44,7 +44,7 @@ def test_sampled_templates_hold_their_values():
 def test_span_templates_copy_what_follows_the_key():
     (doc,) = generate_world_receipts(1, seed=0, render=False)
     rng = random.Random(2)
-    from pipkie.document import serialize
+    from pipkie.io.document import serialize
 
     text = " ".join(serialize(doc).split())
     for schema, values in span_templates(doc, rng, 5, value_len=len):

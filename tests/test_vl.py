@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from pipkie.decode import _block_ids, _slot_mask, pip_decode, pip_forward
+from pipkie.decoding.pip import _block_ids, _slot_mask, pip_decode, pip_forward
 from pipkie.schema import KeySchema
-from pipkie.template import SPECIAL_TOKENS, TemplateBuilder
+from pipkie.model.template import SPECIAL_TOKENS, TemplateBuilder
 from pipkie.train.tokenizer import train_tokenizer
 from tests.conftest import corpus
 

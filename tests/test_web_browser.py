@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from pipkie.decode import FieldResult
+from pipkie.decoding.pip import FieldResult
 from pipkie.serve import create_app
 from tests.browser import ARTIFACTS, LiveServer, chrome, require_browser
 from tests.test_extract import KEYS, SAMPLE, tiny_extractor, tiny_model_dir  # noqa: F401
@@ -49,7 +49,7 @@ def reading(answers):
 def site(tiny_extractor):
     binary, driver = require_browser()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("pipkie.extract.pip_decode", reading(ANSWERS))
+        mp.setattr("pipkie.decoding.pip.pip_decode", reading(ANSWERS))
         with LiveServer(create_app(tiny_extractor, max_upload_mb=MAX_UPLOAD_MB)) as server:
             yield server, binary, driver
 

@@ -12,12 +12,12 @@ import random
 import pytest
 import torch
 
-from pipkie.ar import ar_decode
-from pipkie.decode import pip_decode
+from pipkie.decoding.ar import ar_decode
+from pipkie.decoding.pip import pip_decode
 from pipkie.schema import Key, KeySchema
-from pipkie.template import TemplateBuilder
+from pipkie.model.template import TemplateBuilder
 from pipkie.train.config import TrainConfig
-from pipkie.train.examples import collate, kv_instance
+from pipkie.train.instances import collate, kv_instance
 from pipkie.train.loop import train
 from tests.conftest import WORDS, tiny_model
 
@@ -42,7 +42,7 @@ def make_schema(rng: random.Random) -> KeySchema:
 @pytest.fixture(scope="module")
 def tokenizer():
     """A BPE tokenizer of this task's own, slot tokens included (they get random embeddings)."""
-    from pipkie.template import SPECIAL_TOKENS, slot_token
+    from pipkie.model.template import SPECIAL_TOKENS, slot_token
     from pipkie.train.tokenizer import train_tokenizer
     from tests.conftest import corpus
 

@@ -10,7 +10,7 @@
 
 How: the field is decoded by `Extractor.extract` itself (same template, same pass, copy head
 included), so the value and confidence are extract's. That pass also hands back the copy head's
-start distribution for each field (`pipkie.decode.CopyTrace`): p_start over the document's copy
+start distribution for each field (`pipkie.decoding.pip.CopyTrace`): p_start over the document's copy
 stream, the probability that the value starts at each token. With a copy head this is what chose
 the value: slot j copies the token j places after the start (unless its gate leans on the LM head).
 
@@ -41,9 +41,9 @@ from typing import Union
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from pipkie.attention import build_attention_mask
-from pipkie.decode import _block_ids, left_pad, positions
-from pipkie.document import Document, Word, reading_order_lines, serialize
+from pipkie.model.attention import build_attention_mask
+from pipkie.decoding.pip import _block_ids, left_pad, positions
+from pipkie.io.document import Document, Word, reading_order_lines, serialize
 from pipkie.schema import KeySchema
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".gif", ".bmp", ".webp", ".pdf"}
@@ -123,7 +123,7 @@ def word_spans(doc: Document) -> tuple[str, list[tuple[int, int, Word]]]:
             pos += len(w.text)
     text = "".join(parts)
     if text != serialize(doc):  # serialize changed: a wrong map is worse than none
-        raise RuntimeError("explain: word spans no longer match pipkie.document.serialize")
+        raise RuntimeError("explain: word spans no longer match pipkie.io.document.serialize")
     return text, spans
 
 
@@ -145,13 +145,13 @@ def eager_attention(model):
 
 
 def _schema_for(extractor, key: str, keys=None, schema=None) -> KeySchema:
-    if keys is not None or schema is not None:
-        ks = extractor.schema(keys, schema)
-        if key not in ks.names:
-            raise ValueError(f"key {key!r} is not among the keys asked for ({', '.join(ks.names)})")
-        return ks
+    """The keys asked for (they must include `key`), else the model's keys if `key` is one, else `key`
+    alone: the template `extract` would decode."""
     default = list(getattr(extractor.settings, "keys", None) or [])
-    return KeySchema.parse(default if key in default else [key])
+    ks = KeySchema.resolve(keys, schema, default=default if key in default else [key])
+    if key not in ks.names:
+        raise ValueError(f"key {key!r} is not among the keys asked for ({', '.join(ks.names)})")
+    return ks
 
 
 class _WordMap:
@@ -275,7 +275,7 @@ def page_image(doc: Document, page: int = 0, source: Union[str, Path, Image.Imag
     """The page as an RGB image: the document's own image (`doc.images`), else `source` when it is an
     image or a PDF (or a PIL image), else a white page of the document's size with its words written
     in their boxes (for JSON words, box files without their image, text)."""
-    from pipkie.grounding import _page_image
+    from pipkie.io.grounding import _page_image
 
     if isinstance(source, Image.Image):
         return source.convert("RGB")

@@ -7,17 +7,17 @@
     print(result.to_json())
 
 A document is a `Document`, a path or bytes (image, PDF, SROIE box file, JSON words, text; see
-`pipkie.loaders`), or text (`text=`). `extract_many` decodes several documents in one forward pass
-per batch. Each extracted value is grounded back to the OCR words that hold it (`pipkie.grounding`)
+`pipkie.io.loaders`), or text (`text=`). `extract_many` decodes several documents in one forward pass
+per batch. Each extracted value is grounded back to the OCR words that hold it (`pipkie.io.grounding`)
 and returned with their boxes, relative to the page (0-1).
 
-`decode="ar"` / `"ar-forced"` run the model's AR baseline (`Settings.ar_baseline`, or `ar_model=`),
-loaded when first asked for; a PIP model without one refuses AR decoding (`NoARBaseline`) rather than
+`decode` names a decoder of `pipkie.decoding.DECODERS`: `"pip"` (default); `"ar-free"` and
+`"ar-forced"` run the model's AR baseline (`Settings.ar_baseline`, or `ar_model=`), loaded when first asked for; a PIP model without one refuses AR decoding (`NoARBaseline`) rather than
 decode AR with PIP weights. A document longer than the context is cut in its middle
 (`TemplateBuilder.fit`): `truncated` and `dropped_tokens` say so; a value that filled its whole
 budget is `truncated` on its field.
 
-A list of the schema (`keys="company,items[name,quantity,price]"`, `pipkie.groups`) is, in
+A list of the schema (`keys="company,items[name,quantity,price]"`, `pipkie.model.groups`) is, in
 `fields`, a list of items in line order, each {field: Field} (value, confidence, boxes), grounded
 item by item (`grounding.ground_items`); `Extraction.lists_truncated` names the lists that used
 every item of their budget (maxItems: there may be more lines).
@@ -33,17 +33,14 @@ from typing import Iterable
 
 import torch
 
-from pipkie.ar import ar_decode
-from pipkie.decode import FieldResult, pip_decode
-from pipkie.document import Document, Word, serialize
-from pipkie.grounding import ground_items, locate
-from pipkie.groups import ItemsResult
-from pipkie.loaders import load_document
-from pipkie.modeling import NoARBaseline, builder_for, default_model_path, load_model, model_for_decode
+from pipkie.decoding import get_decoder
+from pipkie.decoding.pip import FieldResult
+from pipkie.io.document import Document, Word, serialize
+from pipkie.io.grounding import ground_items, locate
+from pipkie.model.groups import ItemsResult
+from pipkie.io.loaders import load_document
+from pipkie.model.modeling import NoARBaseline, builder_for, default_model_path, load_model, model_for_decode
 from pipkie.schema import KeySchema
-
-DECODES = ("pip", "ar", "ar-forced")
-
 
 @dataclass
 class Box:
@@ -126,12 +123,12 @@ class Extractor:
     def decoder(self, decode: str):
         """(model, builder) that `decode` runs on: this model for PIP (or an AR model's own AR
         decodes), else its AR baseline, loaded on first use. Raises ValueError (NoARBaseline) when
-        there is none."""
-        if decode not in DECODES:
-            raise ValueError(f"decode must be one of {DECODES}")
-        if decode == "pip" and self.settings.objective == "ar":
-            raise ValueError(f"{self.name or 'this model'} is an AR model (objective 'ar'): decode it with ar or ar-forced")
-        if decode == "pip" or self.settings.objective == "ar":
+        there is none, or for an unknown decoder."""
+        dec = get_decoder(decode)
+        if dec.objective == "pip" and self.settings.objective == "ar":
+            raise ValueError(f"{self.name or 'this model'} is an AR model (objective 'ar'): decode it with ar-free "
+                             "or ar-forced")
+        if dec.objective == "pip" or self.settings.objective == "ar":
             return self.model, self.builder
         if self._ar is None:
             if self.ar_model:
@@ -148,13 +145,8 @@ class Extractor:
         return self._ar
 
     def schema(self, keys=None, schema=None) -> KeySchema:
-        if schema is not None:
-            return KeySchema.parse(schema)
-        if keys is not None:
-            return KeySchema.parse(keys)
-        if self.settings.keys:
-            return KeySchema.parse(self.settings.keys)
-        raise ValueError("give keys= or schema= (this model has no default keys)")
+        """The keys asked for, else the model's own (`KeySchema.resolve`)."""
+        return KeySchema.resolve(keys, schema, default=self.settings.keys)
 
     def load(self, document, **kw) -> Document:
         if isinstance(document, Document):
@@ -169,32 +161,28 @@ class Extractor:
     def extract_many(self, documents: Iterable, keys=None, *, schema=None, decode: str = "pip",
                      refine_steps: int = 0, batch_size: int = 8, trace: list | None = None) -> list[Extraction]:
         """Extract from every document, `batch_size` at a time (one PIP pass per batch). `trace` (a
-        list): receives per document the copy head's {key: CopyTrace} (PIP; `pipkie.decode`)."""
+        list): receives per document the copy head's {key: CopyTrace} (PIP; `pipkie.decoding.pip`)."""
+        dec = get_decoder(decode)
         model, builder = self.decoder(decode)
         ks = self.schema(keys, schema)
         docs = [self.load(d) for d in documents]
-        # template (PIP) or answer budget (AR) next to the document: what `TemplateBuilder.fit` reserves
-        reserved = builder.template_length(ks) if decode == "pip" else builder.ar_reserved(ks)
+        reserved = dec.reserved(builder, ks)  # next to the document: what `TemplateBuilder.fit` keeps free
         out: list[Extraction] = []
         for i in range(0, len(docs), batch_size):
             chunk = docs[i: i + batch_size]
             texts = [serialize(d) for d in chunk]
             t0 = time.perf_counter()
+            traced = [] if trace is not None else None
             with torch.inference_mode():
-                if decode == "pip":
-                    traced = [] if trace is not None else None
-                    preds = pip_decode(model, builder, texts, [ks] * len(chunk), pattern=self.settings.pattern,
-                                       refine_steps=refine_steps, trace=traced)
-                    if trace is not None:
-                        trace.extend(traced or [{} for _ in chunk])
-                else:
-                    preds = ar_decode(model, builder, texts, [ks] * len(chunk),
-                                      mode="free" if decode == "ar" else "forced")
+                preds = dec(model, builder, texts, [ks] * len(chunk), pattern=self.settings.pattern,
+                            refine_steps=refine_steps, trace=traced)
+            if trace is not None:
+                trace.extend(traced or [{} for _ in chunk])  # (no copy head, or an AR decoder: nothing traced)
             dt = (time.perf_counter() - t0) / len(chunk)
             for d, t, p in zip(chunk, texts, preds):
-                dropped = builder.overflow(t, reserved, answer=decode == "pip")
+                dropped = builder.overflow(t, reserved, answer=dec.objective == "pip")
                 fields = {k: self._items(d, r) if isinstance(r, ItemsResult) else self._field(d, r) for k, r in p.items()}
-                out.append(Extraction(d.id, fields, decode, dt, truncated=dropped > 0, dropped_tokens=dropped,
+                out.append(Extraction(d.id, fields, dec.name, dt, truncated=dropped > 0, dropped_tokens=dropped,
                                       lists_truncated=[k for k, r in p.items() if isinstance(r, ItemsResult) and r.truncated]))
         return out
 

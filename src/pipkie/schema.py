@@ -9,11 +9,11 @@ turns it into slots, `TemplateBuilder.budget`, since characters per token depend
 SmolLM2's writes one token per digit).
 
 A `Group` is a list of objects that share their fields (line items: `items: list[Item]`), decoded
-in one pass like the flat keys (`pipkie.groups`). It comes from a JSON-schema array of objects
+in one pass like the flat keys (`pipkie.model.groups`). It comes from a JSON-schema array of objects
 (`{"type": "array", "items": {"type": "object", "properties": …}, "maxItems": 30}`, pydantic's
 `list[Item]` with `$ref`s resolved), from `Group` objects, or from the shorthand
 `"company,total,items[name,quantity,price]"`. `max_items` (`maxItems`) is how many items the
-template has room for (None: the template builder's default, `pipkie.groups.items_budget`). One
+template has room for (None: the template builder's default, `pipkie.model.groups.items_budget`). One
 level only: an item's fields are strings.
 """
 
@@ -127,6 +127,20 @@ class KeySchema:
     def __len__(self):
         """Flat keys plus the fields of every list (what a key limit counts)."""
         return len(self.keys) + sum(len(g.fields) for g in self.groups)
+
+    @classmethod
+    def resolve(cls, keys: Any = None, schema: Any = None, default: Any = None) -> "KeySchema":
+        """The one answer to "which keys?": `schema` or `keys` (never both; anything `parse` reads),
+        else `default` (a model's own keys, or a callable giving them; called only when needed).
+        SchemaError when both are given or there is nothing to use."""
+        if keys is not None and schema is not None:
+            raise SchemaError("give keys or a schema, not both")
+        spec = schema if schema is not None else keys
+        if spec is None:
+            spec = default() if callable(default) else default
+            if not spec:
+                raise SchemaError("no keys given and the model has no default keys: give keys or a schema")
+        return cls.parse(spec)
 
     @classmethod
     def parse(cls, spec: Any) -> "KeySchema":

@@ -22,7 +22,7 @@ from pipkie.data.poie import read_poie
 from pipkie.data.sroie import read_sroie
 from pipkie.data.wildreceipt import read_wildreceipt
 from pipkie.data.words import read_words
-from pipkie.document import Document
+from pipkie.io.document import Document
 
 READERS: dict[str, Callable[..., Iterator[Document]]] = {
     "sroie": read_sroie,

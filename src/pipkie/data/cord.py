@@ -28,7 +28,7 @@ from typing import Iterator
 
 from pipkie.data.donut import doc_from_ground_truth, read_metadata_jsonl
 from pipkie.data.errors import DataError
-from pipkie.document import Document
+from pipkie.io.document import Document
 
 SPLIT_ALIASES = {"dev": "validation", "validation": "dev", "val": "dev"}
 

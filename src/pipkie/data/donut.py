@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from pipkie.data.errors import DataError
-from pipkie.document import Document, Word, normalize_box
+from pipkie.io.document import Document, Word, normalize_box
 
 
 def flatten(obj: Any, prefix: str = "", out: dict[str, list[str]] | None = None) -> dict[str, list[str]]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 from pipkie.data.errors import DataError
-from pipkie.document import Document, Word, normalize_box
+from pipkie.io.document import Document, Word, normalize_box
 
 SPLIT_DIRS = {"train": "training_data", "test": "testing_data"}
 

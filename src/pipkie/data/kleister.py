@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from pipkie.data.errors import DataError
-from pipkie.document import Document
+from pipkie.io.document import Document
 
 LAYERS = ("text_best", "text_textract", "text_djvu", "text_tesseract")
 _ESCAPES = {"n": "\n", "t": "\t", "f": "\n", "r": "\r", "\\": "\\"}

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from pipkie.data.errors import DataError
-from pipkie.document import Document, Word, normalize_box, reading_order_lines
+from pipkie.io.document import Document, Word, normalize_box, reading_order_lines
 
 
 def read_class_list(path: Path) -> list[str] | None:

@@ -32,7 +32,7 @@ from faker import Faker
 
 from pipkie.data import locales as L
 from pipkie.data.synthetic import FORM_FONTS, FORM_WIDTHS, RECEIPT_FONTS, RECEIPT_WIDTHS, _check, _generate
-from pipkie.document import Document
+from pipkie.io.document import Document
 
 RECEIPT_KEYS = ("store_name", "store_addr", "tel", "date", "time", "receipt_number", "cashier", "subtotal",
                 "discount", "tax", "tips", "total", "payment_method", "card_last4", "cash", "change")

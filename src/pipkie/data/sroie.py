@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from pipkie.data.errors import DataError
-from pipkie.document import Document, Word, normalize_box
+from pipkie.io.document import Document, Word, normalize_box
 
 KEYS = ("company", "date", "address", "total")
 DEV_FRACTION = 0.1

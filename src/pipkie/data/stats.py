@@ -3,7 +3,7 @@
     python -m pipkie.data.stats --dataset sroie --data-dir ../shared/data/sroie --split train \\
         --tokenizer /path/to/tokenizer
 
-`length_stats` counts tokens of the serialized document (`pipkie.document.serialize`, the model
+`length_stats` counts tokens of the serialized document (`pipkie.io.document.serialize`, the model
 input) and of each ground-truth value, per key. `value_coverage` measures, per key, the fraction of
 values that occur in the serialized text: verbatim (exact substring), after whitespace
 normalisation (runs of spaces/newlines -> one space, both sides; a value spanning several lines
@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from rapidfuzz import fuzz
 
-from pipkie.document import Document, serialize
+from pipkie.io.document import Document, serialize
 
 
 def _percentile(values: list[int], q: float) -> float:

@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 from faker import Faker
 from PIL import Image, ImageDraw, ImageFont
 
-from pipkie.document import Document, Word, normalize_box
+from pipkie.io.document import Document, Word, normalize_box
 
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 RECEIPT_FONTS = ("DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansCondensed.ttf", "DejaVuSans.ttf")

@@ -11,7 +11,7 @@ a line may also be written `id name`, in which case the id is taken from the lin
 
 Fields: every `*_value` class becomes a key, its name lower-cased without `_value`
 (`Store_name_value` -> `store_name`). Several boxes of one class are joined with spaces in reading
-order (`pipkie.document.reading_order_lines`) into one value (a line repeated verbatim, such as a
+order (`pipkie.io.document.reading_order_lines`) into one value (a line repeated verbatim, such as a
 total printed twice, is kept once), except the per-product classes in
 `multi_valued` (`prod_item`, `prod_quantity`, `prod_price` by default), which keep one value per
 visual line, in reading order. With `keys="sroie"` only the four SROIE fields are emitted, renamed by
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Iterator
 
 from pipkie.data.errors import DataError
-from pipkie.document import Document, Word, normalize_box, reading_order_lines
+from pipkie.io.document import Document, Word, normalize_box, reading_order_lines
 
 # WildReceipt class -> SROIE key. WildReceipt has no single "company" class: the store name is the
 # closest match (receipts rarely print the legal company name separately).

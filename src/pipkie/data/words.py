@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from pipkie.data.errors import DataError
-from pipkie.document import Document
+from pipkie.io.document import Document
 
 
 def read_words(data_dir: str | Path, split: str = "all", limit: int | None = None) -> Iterator[Document]:

@@ -14,13 +14,13 @@ JSON; docs/WEB.md). Endpoints (OpenAPI docs at /docs, served offline): `GET /hea
 fields `keys` ("a,b,c"), `schema` (a JSON-schema string), `decode`, `refine_steps`; or
 `application/json` `{"words": [...], "page_sizes": ..., "normalized": ..., "text": ..., "keys":
 [...] | "a,b", "schema": {...}, "decode": "pip", "refine_steps": 0, "id": ...}` (words as in
-`pipkie.loaders`). The answer is `Extraction.to_dict()`, the same JSON as `pipkie extract`. A
+`pipkie.io.loaders`). The answer is `Extraction.to_dict()`, the same JSON as `pipkie extract`. A
 request may shorten or lengthen its deadline with `X-Request-Timeout: <seconds>`.
 
 Modules, one job each:
 - `settings`: `ServeSettings`, every limit with its default, `PIPKIE_*` environment variables;
 - `parsing`: the request (body size, form/JSON, keys, decode, deadline) -> `ExtractRequest`;
-- `service`: admission and back-pressure, bounded loading, the model queue (`pipkie.batching`),
+- `service`: admission and back-pressure, bounded loading, the model queue (`pipkie.serve.batcher`),
   cancellation, drain on shutdown;
 - `errors`: `{code, detail, request_id}` answers, request ids, exception handlers;
 - `routes`: the APIRouter; `openapi`: response models and request bodies; `telemetry`: /metrics;

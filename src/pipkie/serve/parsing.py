@@ -19,13 +19,14 @@ from fastapi import Request
 from starlette.exceptions import HTTPException  # what Request.form() raises
 from starlette.requests import ClientDisconnect
 
-from pipkie.document import Document
-from pipkie.loaders import DocumentError, LimitExceeded, load_document, sniff, words_document
+from pipkie.decoding import DECODERS
+from pipkie.io.document import Document
+from pipkie.io.loaders import DocumentError, LimitExceeded, load_document, sniff, words_document
 from pipkie.schema import KeySchema, SchemaError
 from pipkie.serve.errors import ApiError
 from pipkie.serve.settings import ServeSettings
 
-DECODES = ("pip", "ar", "ar-forced")
+DECODES = tuple(DECODERS)
 MAX_REFINE_STEPS = 8
 FORM_FIELDS = {"file", "text", "keys", "schema", "decode", "refine_steps"}
 JSON_FIELDS = {"words", "page_sizes", "normalized", "text", "keys", "schema", "decode", "refine_steps", "id"}
@@ -137,6 +138,7 @@ def parse_keys(keys: Any, schema: Any, max_keys: int, default: list[str]) -> Key
     object or a JSON string), else the model's default keys."""
     if keys is not None and schema is not None:
         raise invalid("give keys or schema, not both", "invalid_keys")
+    names = None
     try:
         if schema is not None:
             if isinstance(schema, str):
@@ -147,7 +149,6 @@ def parse_keys(keys: Any, schema: Any, max_keys: int, default: list[str]) -> Key
             _check_schema_shape(schema)
             if len(schema["properties"]) > max_keys:
                 raise invalid(f"{len(schema['properties'])} keys given (at most {max_keys})", "invalid_keys")
-            ks = KeySchema.parse(schema)
         elif keys is not None:
             if isinstance(keys, str):
                 names = [k.strip() for k in keys.split(",")]
@@ -161,11 +162,7 @@ def parse_keys(keys: Any, schema: Any, max_keys: int, default: list[str]) -> Key
                 raise invalid("keys is empty: give at least one key, e.g. keys=company,date,total", "invalid_keys")
             if len(names) > max_keys:
                 raise invalid(f"{len(names)} keys given (at most {max_keys})", "invalid_keys")
-            ks = KeySchema.from_names(names)
-        elif default:
-            ks = KeySchema.parse(default)
-        else:
-            raise invalid("no keys given and the model has no default keys: give keys or schema", "invalid_keys")
+        ks = KeySchema.resolve(KeySchema.from_names(names) if names is not None else None, schema, default=default)
     except SchemaError as e:
         raise invalid(f"bad keys: {e}", "invalid_keys") from None
     if len(ks) > max_keys:
@@ -192,6 +189,8 @@ def parse_decode(decode: Any, refine_steps: Any) -> tuple[str, int]:
         raise invalid("refine_steps must be an integer") from None
     if not 0 <= steps <= MAX_REFINE_STEPS:
         raise invalid(f"refine_steps must be between 0 and {MAX_REFINE_STEPS}")
+    if steps and not DECODERS[decode].refines:
+        raise invalid(f"decode {decode} does not refine: refine_steps must be 0")
     return decode, steps
 
 

@@ -5,7 +5,7 @@ height: an image EXIF-upright, a TIFF frame, a PDF page with its /Rotate and cro
 The web page needs that same page to draw them on, and a browser cannot show every such page
 itself (TIFF, PDF, JSON words), so the service renders it, with the loaders' own code:
 
-- image: frame `page`, through `pipkie.ocr.load_image` (EXIF-upright, RGB), as OCR saw it;
+- image: frame `page`, through `pipkie.io.ocr.load_image` (EXIF-upright, RGB), as OCR saw it;
 - PDF: page `page` rendered by pypdfium2 (its displayed size, as the loaders read it);
 - JSON words / SROIE box file: a white page (its `page_sizes`, else A4 portrait) with each word
   written in its box, since there is no picture, only words and their places;
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from fastapi import Request
 from PIL import Image, ImageDraw, ImageFont
 
-from pipkie.loaders import DocumentError, LimitExceeded, load_document, sniff
-from pipkie.ocr import ImageTooLarge, OCRError, check_pixels, load_image
+from pipkie.io.loaders import DocumentError, LimitExceeded, load_document, sniff
+from pipkie.io.ocr import ImageTooLarge, OCRError, check_pixels, load_image
 from pipkie.serve.errors import ApiError
 from pipkie.serve.parsing import (
     ENVELOPE_BYTES,

@@ -31,17 +31,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import Request
 
-from pipkie.batching import Batcher, DeadlineExceeded, QueueFull, RunningMean, ShuttingDown
-from pipkie.document import Document
-from pipkie.loaders import DocumentError, LoadCancelled
-from pipkie.ocr import OCREngineError
+from pipkie.decoding import DECODERS
+from pipkie.serve.batcher import Batcher, DeadlineExceeded, QueueFull, RunningMean, ShuttingDown
+from pipkie.io.document import Document
+from pipkie.io.loaders import DocumentError, LoadCancelled
+from pipkie.io.ocr import OCREngineError
 from pipkie.schema import KeySchema, SchemaError
 from pipkie.serve.errors import ApiError, request_id
 from pipkie.serve.parsing import ExtractRequest, document_error, parse_extract, request_timeout
 from pipkie.serve.render import PageImage, parse_render, render
 from pipkie.serve.settings import ServeSettings
 from pipkie.serve.telemetry import Metrics
-from pipkie.template import DocumentTooLong
+from pipkie.model.template import DocumentTooLong
 
 log = logging.getLogger("pipkie.serve")
 ADMISSION_MARGIN = 1.2  # estimates are running means: admit only what fits with this much to spare
@@ -57,7 +58,7 @@ def _client_error(e: Exception) -> ApiError | None:
         return ApiError(422, "keys_do_not_fit", f"cannot extract: {e}")
     if isinstance(e, SchemaError):
         return ApiError(422, "invalid_keys", f"bad keys: {e}")
-    if type(e).__name__ == "NoARBaseline":  # pipkie.modeling: AR decoding asked of a model without one
+    if type(e).__name__ == "NoARBaseline":  # pipkie.model.modeling: AR decoding asked of a model without one
         return ApiError(422, "decode_unavailable", str(e))
     return None
 
@@ -226,8 +227,8 @@ class Service:
             parsed = await parse_extract(request, self.settings, self.default_keys())
         finally:
             body_read.set()  # from here on, receive() only reports a disconnect
-        if parsed.decode == "pip" and getattr(self.get_extractor().settings, "objective", "pip") == "ar":
-            raise ApiError(422, "decode_unavailable", "this model is an AR model: ask for decode ar or ar-forced")
+        if DECODERS[parsed.decode].objective == "pip" and getattr(self.get_extractor().settings, "objective", "pip") == "ar":
+            raise ApiError(422, "decode_unavailable", "this model is an AR model: ask for decode ar-free or ar-forced")
         wait, remaining = self.estimate(parsed.kind), deadline - loop.time()
         alone = (self.load_seconds[parsed.kind].value or 0.0) + (self.batcher.seconds_per_doc.value or 0.0)
         if alone > remaining:  # not even an idle service could: the deadline is the problem, not the load

@@ -1,7 +1,7 @@
 """Entry points: `finetune` (stage 2 KV-SFT, PIP or the AR baseline) and `pretrain` (stage 1).
 
 Both build the model the same way (base + pipkie tokens, optionally LoRA), feed the shared loop
-with instances from `pipkie.train.examples`, and save a directory `load_model` reads back.
+with instances from `pipkie.train.instances`, and save a directory `load_model` reads back.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import json
 import random
 from pathlib import Path
 
-from pipkie.copyhead import CopyHead, attach, get_head
+from pipkie.model.copyhead import CopyHead, attach, get_head
 from pipkie.data import read_dataset
-from pipkie.document import Document, serialize
-from pipkie.modeling import Settings, add_tokens_to_model, compact_config, load_model
-from pipkie.template import SPECIAL_TOKENS, TemplateBuilder, slot_token
+from pipkie.io.document import Document, serialize
+from pipkie.model.modeling import Settings, add_tokens_to_model, compact_config, load_model
+from pipkie.model.template import SPECIAL_TOKENS, TemplateBuilder, slot_token
 from pipkie.train.config import TrainConfig
-from pipkie.train.examples import collate, copy_instance, kv_instance, mask_instance, random_schemas
+from pipkie.train.instances import collate, copy_instance, kv_instance, mask_instance, random_schemas
 from pipkie.train.loop import train
 
 
@@ -65,7 +65,7 @@ def _continue_from(cfg: TrainConfig, model):
     """`model` (the base with pipkie's tokens) wrapped in `cfg.init`'s trainable adapter and copy head."""
     from peft import PeftModel
 
-    from pipkie.modeling import Settings
+    from pipkie.model.modeling import Settings
 
     init = Path(cfg.init)
     if not (init / "adapter_config.json").exists():

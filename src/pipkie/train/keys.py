@@ -17,7 +17,7 @@ import random
 import re
 
 from pipkie.schema import Key, KeySchema
-from pipkie.train.examples import ABSENT_KEYS
+from pipkie.train.instances import ABSENT_KEYS
 
 ALIASES: dict[str, tuple[str, ...]] = {
     "store_name": ("company", "store_name", "store name", "merchant", "merchant name", "vendor", "shop name",
@@ -158,7 +158,7 @@ def sample_schemas(fields: dict[str, str], rng: random.Random, n: int, *, absent
     return out
 
 
-# ---- lists of items (pipkie.groups) ---------------------------------------------------------------
+# ---- lists of items (pipkie.model.groups) ---------------------------------------------------------------
 ITEM_FIELDS = ("name", "quantity", "unit_price", "price")  # = pipkie.data.receipts.ITEM_FIELDS
 LIST_NAMES = ("items", "line items", "products", "lines", "articles", "purchases", "order lines", "positions")
 ITEM_ALIASES: dict[str, tuple[str, ...]] = {

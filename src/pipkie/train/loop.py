@@ -6,7 +6,7 @@
   step; it is written to a temporary directory and renamed, so a kill never leaves half of one.
 - `output_dir/log.jsonl`: one line per logged step (step, loss, lr, tokens, seconds, tokens/s).
 - The finished model is saved with `save_pretrained` (full model, or LoRA adapter + tokenizer)
-  plus `pipkie.json`, and loads with `pipkie.modeling.load_model`.
+  plus `pipkie.json`, and loads with `pipkie.model.modeling.load_model`.
 - accelerate places model and batches (CPU here; the same code runs on GPUs) and runs bf16
   autocast when `bf16` is set.
 """
@@ -26,8 +26,8 @@ from accelerate import Accelerator
 from tqdm.auto import tqdm
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
-from pipkie.attention import build_attention_mask
-from pipkie.copyhead import field_nll, get_head
+from pipkie.model.attention import build_attention_mask
+from pipkie.model.copyhead import field_nll, get_head
 from pipkie.train.config import TrainConfig
 
 CKPT = "checkpoint"

@@ -19,7 +19,7 @@ place and copy what follows" on real OCR output. `absent_pool` lists the keys a 
 may lack (answered `unknown`). Optional per source: `variation` (key renaming probability),
 `limit`, `noise` (OCR character noise for generated sources), `items` (the share of its templates
 that ask for the line items of documents that have them, `items[name, quantity, price]`-style lists:
-`pipkie.groups`; default `TrainConfig.items`, 0). With no share of items, no draw changes: a
+`pipkie.model.groups`; default `TrainConfig.items`, 0). With no share of items, no draw changes: a
 mixture trains on exactly the batches it did before lists existed.
 
 Synthetic documents are generated lazily and cached by index (document i depends only on the seed
@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from pipkie.document import Document
+from pipkie.io.document import Document
 from pipkie.train.keys import document_items, sample_item_schema, sample_schemas
 
 GENERATED = ("world_receipts", "invoices", "forms", "receipts_my")
@@ -94,7 +94,7 @@ class Mixture:
                     raise ValueError(f"refusing to train on a test split ({e.get('name')}:{split})")
                 docs = list(read_dataset(e["name"], e["data_dir"], split, limit=e.get("limit")))
                 if kind == "self":
-                    from pipkie.document import serialize
+                    from pipkie.io.document import serialize
 
                     docs = [d for d in docs if len(serialize(d).split()) >= 8]
                 if not docs:
@@ -143,7 +143,7 @@ def span_templates(doc: Document, rng: random.Random, n: int, *, value_len, span
     """Self-supervised templates: key = 1-4 words of a line, value = the 1-6 words after them."""
     import re
 
-    from pipkie.document import serialize
+    from pipkie.io.document import serialize
     from pipkie.schema import Key, KeySchema, SchemaError
 
     words = serialize(doc).split()

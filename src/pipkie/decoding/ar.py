@@ -11,7 +11,7 @@ One step feeds every unfinished row a chunk (its last token, plus any forced tok
 left-padded to the same width with masked pads, so every row's last real token sits in the last
 column and `logits_to_keep=1` gives each row its next-token logits.
 
-Lists (`pipkie.groups`): the answer goes on with `"\nitems 1 name:" value <|pip_end|>` … item by
+Lists (`pipkie.model.groups`): the answer goes on with `"\nitems 1 name:" value <|pip_end|>` … item by
 item; forced decoding writes each item's headers and ends a list when an item's first field is
 closed at once (`<|pip_end|>` right after its header), free decoding reads the headers it wrote.
 """
@@ -23,16 +23,17 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from pipkie.decode import FieldResult, Prediction, _field_result, _geo_mean, left_pad, positions
-from pipkie.groups import ar_steps, collect, parse_free_item
+from pipkie.decoding.base import Decoder
+from pipkie.decoding.pip import FieldResult, Prediction, _field_result, _geo_mean, left_pad, positions
+from pipkie.model.groups import ar_steps, collect, parse_free_item
 from pipkie.schema import KeySchema
-from pipkie.template import TemplateBuilder
+from pipkie.model.template import TemplateBuilder
 
 
 @dataclass
 class _Row:
     schema: KeySchema
-    steps: list  # pipkie.groups.Step: every value a forced decoder asks for, in order
+    steps: list  # pipkie.model.groups.Step: every value a forced decoder asks for, in order
     free: bool
     limit: int  # most tokens this row may generate
     field_idx: int = 0
@@ -167,3 +168,25 @@ def parse_free_answer(builder: TemplateBuilder, toks: list[int], probs: list[flo
         entries = sorted(items.get(g.name, []), key=lambda e: (e[0], not e[3]))  # a stop ends before its item
         out[g.name] = collect(g, entries, lambda: FieldResult(None, 0.0))
     return out
+
+
+class ARDecoder(Decoder):
+    """`ar_decode` in one mode ("free" or "forced") on an AR model."""
+
+    objective = "ar"
+
+    def __init__(self, mode: str, help: str):
+        self.mode, self.name, self.help = mode, f"ar-{mode}", help
+
+    def decode(self, model, builder, texts, schemas, *, pattern="prefix_causal", refine_steps=0, trace=None):
+        return ar_decode(model, builder, texts, schemas, mode=self.mode)
+
+    def encode(self, builder, text, schema):
+        return builder.ar_prompt(text, schema)
+
+    def reserved(self, builder, schema):
+        return builder.ar_reserved(schema)
+
+
+AR_FREE = ARDecoder("free", "the AR baseline writes the whole answer, keys and values")
+AR_FORCED = ARDecoder("forced", "the decoder writes the keys, the AR baseline the values")

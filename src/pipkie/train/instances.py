@@ -8,7 +8,7 @@ k > 0 = answer block k) and the (position -> target) pairs that carry the loss.
   positioned right after the prefix and isolated from the other blocks, so every block is trained
   exactly as it is decoded. With probability `reveal` part of a block's answer is shown in place
   of its masks (the situation of a refinement pass). A template with a list of items
-  (`pipkie.groups`) brings its chain of group blocks; the chains of two templates are kept apart
+  (`pipkie.model.groups`) brings its chain of group blocks; the chains of two templates are kept apart
   by an unused block id between them.
 - AR baseline (`ar`): the same document and the same templates, each block being the key list,
   `<|pip_answer|>` and the answer written out causally (items in the same layout as PIP's).
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pipkie.attention import GROUP_BLOCK
-from pipkie.copyhead import FieldSpan
+from pipkie.model.attention import GROUP_BLOCK
+from pipkie.model.copyhead import FieldSpan
 from pipkie.schema import Key, KeySchema
-from pipkie.template import IGNORE, TemplateBuilder
+from pipkie.model.template import IGNORE, TemplateBuilder
 
 # Keys no receipt or form in our data has: trained to answer `unknown`.
 ABSENT_KEYS = ("passport_number", "flight_number", "vehicle_plate", "patient_name", "iban", "policy_number",

@@ -13,7 +13,7 @@ field, then the field's slots:
   of every field answers `<|pip_end|>`, so its first field's first slot is `<|pip_end|>`, which no
   real value starts with; decoding keeps the groups before the first such one (`collect`). More
   items than K: the first K are the targets (the list is cut; `ItemsResult.truncated`).
-- Attention (`pipkie.attention.previous_group`): a group block is bidirectional within itself, sees
+- Attention (`pipkie.model.attention.previous_group`): a group block is bidirectional within itself, sees
   the document and the previous group block, and nothing else (not the flat fields, not later
   groups). Seeing group i − 1 is how group i knows which line the list has reached, so that two
   groups do not take the same line; through the layers, information flows further down the chain.
@@ -35,7 +35,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from pipkie.attention import GROUP_BLOCK  # block ids above it are group blocks
+from pipkie.model.attention import GROUP_BLOCK  # block ids above it are group blocks
 from pipkie.schema import Group, Key, KeySchema
 
 DEFAULT_ITEMS = 24  # items of a list without maxItems, when they fit
@@ -105,7 +105,7 @@ def item_values(values, group: Group) -> list[dict]:
 def pip_groups(builder, schema: KeySchema, values=None, offset: int = 0):
     """The groups' part of the PIP template, to follow `offset` tokens: ids, FieldSlots, targets,
     block ids (`GROUP_BLOCK` + 1 + group number across the schema's lists)."""
-    from pipkie.template import IGNORE, FieldSlots
+    from pipkie.model.template import IGNORE, FieldSlots
 
     ids, targets, blocks, slots = [], [], [], []
     block = GROUP_BLOCK

@@ -1,8 +1,8 @@
-"""Decoding: PIP (one forward pass, optional Mask-Predict refinement) and the AR baselines.
+"""The PIP decoder: one forward pass over the answer template, optional Mask-Predict refinement.
 
-All decoders take a batch of (document text, KeySchema) and return, per document, a dict
+Every decoder (this one and `pipkie.decoding.ar`) takes a batch of (document text, KeySchema) and return, per document, a dict
 key -> `FieldResult(value, confidence, tokens)`; `value` is None for a missing field (`unknown`).
-A list of the schema (`pipkie.groups`) maps to an `ItemsResult`: its items, each a dict field ->
+A list of the schema (`pipkie.model.groups`) maps to an `ItemsResult`: its items, each a dict field ->
 FieldResult, in document order (`.value`: the list of {field: value}).
 
 Confidence is the geometric mean of the chosen tokens' probabilities over the value's tokens and
@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from pipkie.attention import build_attention_mask, causal_rows
-from pipkie.copyhead import FieldSpan, get_head, mixture, start_gate_past, stream_keys
+from pipkie.model.attention import build_attention_mask, causal_rows
+from pipkie.model.copyhead import FieldSpan, get_head, mixture, start_gate_past, stream_keys
 from pipkie.schema import KeySchema
-from pipkie.template import Encoded, TemplateBuilder
+from pipkie.decoding.base import Decoder
+from pipkie.model.template import Encoded, TemplateBuilder
 
 
 @dataclass
@@ -114,7 +115,7 @@ def pip_hidden(model, ids, attn, block_ids, *, pattern: str, cache=None, start=N
                                 cache=cache, position_ids=pos)
     rope = rope_positions(model, ids, attn, model_inputs) if cache is None else pos
     c = causal_rows(model, pattern, attn, block_ids, cache)
-    if c:  # the prefix rows on the causal kernel (pipkie.attention.pip_sdpa_attention)
+    if c:  # the prefix rows on the causal kernel (pipkie.model.attention.pip_sdpa_attention)
         model_inputs = {**model_inputs, "pip_causal_rows": c}
     return final_hidden(model, ids, mask, rope, cache, **model_inputs)
 
@@ -134,7 +135,7 @@ def predict_slots(model, builder: TemplateBuilder, encs: list[Encoded], hidden: 
     """(confidence, token) of every slot, (number of slots,) each, in the order of `slot_hidden`
     (number of slots, H). hidden: (batch, width, H); offsets[r]: where row r's input_ids[0] sits in
     that width. Without a copy head: the LM head's argmax. With one: the argmax of the copy head's
-    generate/copy mixture (pipkie.copyhead).
+    generate/copy mixture (pipkie.model.copyhead).
 
     `lazy`: a field's slots from its first one with past_j > 0.5 on are `<|pip_end|>` whatever the
     LM head says (see `copyhead.start_gate_past`), and nothing after a value's end token reaches
@@ -327,7 +328,7 @@ def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[
 
 def _collect(builder, encs, toks: list[int], conf: list[float], schemas: list[KeySchema] | None = None) -> list[Prediction]:
     """Slot tokens -> each document's results; a list's fields are gathered into its ItemsResult
-    (an item whose first field's first slot says `<|pip_end|>` ends the list: `pipkie.groups`).
+    (an item whose first field's first slot says `<|pip_end|>` ends the list: `pipkie.model.groups`).
     `schemas` (one per document) is needed when they have lists."""
     out, i = [], 0
     for r, e in enumerate(encs):
@@ -343,7 +344,7 @@ def _collect(builder, encs, toks: list[int], conf: list[float], schemas: list[Ke
                 lists[f.group].append((f.item, f.field, result, stop))
             i += f.length
         if groups:
-            from pipkie.groups import collect
+            from pipkie.model.groups import collect
 
             for g in groups:
                 pred[g.name] = collect(g, lists[g.name], lambda: FieldResult(None, 0.0))
@@ -396,3 +397,20 @@ def pip_decode_cached(model, builder: TemplateBuilder, doc: DocumentCache, schem
     hidden = torch.cat([doc.hidden, h], dim=1) if doc.hidden is not None else h
     conf, toks = predict_slots(model, builder, [enc], hidden, h[keep], [0])
     return _collect(builder, [enc], toks.tolist(), conf.tolist(), [schema])[0]
+
+
+class PipDecoder(Decoder):
+    name, objective, refines = "pip", "pip", True
+    help = "one parallel pass over the answer template (refine_steps: Mask-Predict passes on top)"
+
+    def decode(self, model, builder, texts, schemas, *, pattern="prefix_causal", refine_steps=0, trace=None):
+        return pip_decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace)
+
+    def encode(self, builder, text, schema):
+        return builder.pip(text, schema)
+
+    def reserved(self, builder, schema):
+        return builder.template_length(schema)
+
+
+PIP = PipDecoder()

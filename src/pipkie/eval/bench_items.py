@@ -6,9 +6,9 @@ of lines n, `batch` synthetic receipts with exactly n item lines (`items_receipt
 n lines `qty name price` drawn from `pipkie.data.receipts`' goods and a locale's money format, then
 the totals) are decoded with `items[name, quantity, price]` by PIP, AR forced-template and AR free,
 side by side in one process, each batch `repeats` times per method (the fastest kept, methods in a
-rotating order; see `pipkie.bench`). K is the same for every n (`items_budget`, default the largest
+rotating order; see `pipkie.eval.bench`). K is the same for every n (`items_budget`, default the largest
 n): the budget a user would give for receipts of up to that many lines. Reported per point: seconds
-per document of each method, the speed-ups, AR's decoding steps and item F1 (`pipkie.metrics`).
+per document of each method, the speed-ups, AR's decoding steps and item F1 (`pipkie.eval.metrics`).
 
 The AR methods run the PIP model's AR baseline (`--ar-model`, or its `ar_baseline`), as in `pipkie
 bench`. When the template and the longest receipt need more than the model's context, the builder's
@@ -25,13 +25,13 @@ from pathlib import Path
 
 import torch
 
-from pipkie.ar import ARStats, ar_decode
-from pipkie.decode import pip_decode
-from pipkie.metrics import ItemScores
+from pipkie.decoding.ar import ARStats, ar_decode
+from pipkie.decoding import DECODERS, get_decoder
+from pipkie.eval.metrics import ItemScores
 from pipkie.schema import Group, Key, KeySchema
 
 LINES = (1, 5, 10, 20, 40)
-METHODS = ("pip", "ar-forced", "ar-free")
+METHODS = tuple(DECODERS)  # every decoder, one pass each (no refinement variants here)
 FIELDS = ("name", "quantity", "price")
 
 
@@ -77,10 +77,11 @@ def with_room(model, builder, texts: list[str], schema: KeySchema, ar: bool):
 
 
 def _decode(method: str, model, builder, texts, schema, pattern: str, stats: ARStats):
-    schemas = [schema] * len(texts)
-    if method == "pip":
-        return pip_decode(model, builder, texts, schemas, pattern=pattern)
-    return ar_decode(model, builder, texts, schemas, mode="free" if method == "ar-free" else "forced", stats=stats)
+    """The decoder `method`; AR decoders also count their steps into `stats`."""
+    decoder = get_decoder(method)
+    if decoder.objective == "ar":
+        return ar_decode(model, builder, texts, [schema] * len(texts), mode=decoder.mode, stats=stats)
+    return decoder(model, builder, texts, [schema] * len(texts), pattern=pattern)
 
 
 def lines_sweep(model, builder, pattern: str, *, ar_model, ar_builder, lines=LINES, batch_sizes=(1,),
@@ -135,7 +136,7 @@ def lines_bench(*, model_path: str, ar_model_path: str | None = None, lines=LINE
                 items_budget: int | None = None, threads: int = 1, repeats: int = 1, json_path: str | None = None,
                 plot_dir: str | None = None, log=print) -> dict:
     """Load the PIP model and its AR baseline, run `lines_sweep`, write the JSON and the plot."""
-    from pipkie.bench import load_pair
+    from pipkie.eval.bench import load_pair
 
     torch.set_num_threads(threads)
     model, builder, settings, ar_model, ar_builder, ar_path = load_pair(model_path, ar_model_path, need_ar=True)

@@ -5,7 +5,7 @@
     results = ground_fields({"total": "6.90", "company": "..."}, doc)
     draw(doc, results, "receipt.jpg", "receipt.boxes.png")
 
-Matching works on the words in reading order (`pipkie.document.reading_order_lines`), and then in
+Matching works on the words in reading order (`pipkie.io.document.reading_order_lines`), and then in
 the order the OCR gave them (which keeps a line whole when tall, overlapping boxes fool the
 reading order), compared case-insensitively with all whitespace removed: a value may span words and
 lines (an address over three lines returns the words of all three) and OCR spacing ("7/4,KAWASAN"
@@ -33,7 +33,7 @@ from typing import Iterable, Union
 from PIL import Image, ImageDraw, ImageFont, ImageOps
 from rapidfuzz import fuzz
 
-from pipkie.document import Document, Word, reading_order_lines
+from pipkie.io.document import Document, Word, reading_order_lines
 
 MIN_FUZZY_CHARS = 4
 PALETTE = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#008080", "#f032e6", "#9a6324"]
@@ -196,7 +196,7 @@ def _page_image(doc: Document, image: Union[str, Path, Image.Image], page: int) 
     if isinstance(image, Image.Image):
         return image.convert("RGB")
     if Path(image).suffix.lower() == ".pdf":
-        from pipkie.loaders import render_pdf_page
+        from pipkie.io.loaders import render_pdf_page
 
         size = doc.page_sizes[page] if page < len(doc.page_sizes) else None
         return render_pdf_page(image, page, size)

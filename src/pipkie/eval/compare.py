@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipkie.eval_store import read_predictions
-from pipkie.metrics import score_field
+from pipkie.eval.store import read_predictions
+from pipkie.eval.metrics import score_field
 
 METRICS = ("anls", "exact")
 

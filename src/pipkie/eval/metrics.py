@@ -40,7 +40,7 @@ from rapidfuzz.distance import Levenshtein
 from scipy.optimize import linear_sum_assignment
 
 _WS = re.compile(r"\s+")
-SEPARATOR = " | "  # between the values of a multi-valued field (pipkie.document.Document.value)
+SEPARATOR = " | "  # between the values of a multi-valued field (pipkie.io.document.Document.value)
 
 Value = str | list[str] | None
 

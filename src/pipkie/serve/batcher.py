@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
-from pipkie.document import Document
+from pipkie.io.document import Document
 from pipkie.schema import KeySchema
 
 log = logging.getLogger("pipkie.serve")

@@ -1,23 +1,22 @@
 """`pipkie evaluate`: decode a labelled split and score it (ANLS, exact-match F1, per key), with
 the confidences' calibration and the documents that did not fit the context.
 
-Predictions are appended to `<json>.predictions.jsonl` as they are made (`pipkie.eval_store`), so
+Predictions are appended to `<json>.predictions.jsonl` as they are made (`pipkie.eval.store`), so
 an interrupted run resumes where it stopped, and only a run under the same settings (model, keys,
 decoder, data, OCR, key map) resumes: anything else starts over, with a message saying why.
 
-Decoders, one name each: `pip` (one parallel pass, `refine_steps` Mask-Predict passes on top),
-`ar-free` (the AR baseline writes the whole answer) and `ar-forced` (the decoder writes the keys,
-the model the values). `ar` is accepted for `ar-free`, the name `pipkie extract` uses.
+Decoders are those of `pipkie.decoding.DECODERS` (`pip`, `ar-free`, `ar-forced`); an AR decoder
+runs the model's AR baseline, never the PIP weights (`model_for_decode`).
 
-Lists of items (`--keys "items[name,quantity,price]"`, `pipkie.groups`): each row's `pred` and
+Lists of items (`--keys "items[name,quantity,price]"`, `pipkie.model.groups`): each row's `pred` and
 `gold` hold the list as [{field: value}] (gold from the documents' `items.*` fields,
-`eval_data.gold_items`), and the summary's `items` has, per list, `pipkie.metrics.ItemScores`
+`eval_data.gold_items`), and the summary's `items` has, per list, `pipkie.eval.metrics.ItemScores`
 (item precision/recall/F1, per-field ANLS of matched items).
 
-The summary (returned, printed by `format_table`, written to `json_path`) holds `pipkie.metrics`'
+The summary (returned, printed by `format_table`, written to `json_path`) holds `pipkie.eval.metrics`'
 numbers, `truncated_docs` (documents cut to fit the model's context; each row's `truncated` is
 its count of cut tokens, from the decoder's own encoding, `Encoded.truncated`), `calibration`
-(`pipkie.calibration`), `warnings` (e.g. a requested key no document has a gold value for) and the
+(`pipkie.eval.calibration`), `warnings` (e.g. a requested key no document has a gold value for) and the
 run's `fingerprint`.
 """
 
@@ -32,45 +31,28 @@ from typing import Callable, Iterable
 import torch
 from tqdm.auto import tqdm
 
-from pipkie.ar import ar_decode
-from pipkie.calibration import calibration, calibration_pairs, reliability_diagram
-from pipkie.decode import pip_decode
-from pipkie.document import serialize
-from pipkie.eval_data import gold_fields, gold_items, gold_warnings, load_documents, parse_key_map
-from pipkie.eval_store import model_fingerprint, read_predictions, resume, run_fingerprint
-from pipkie.groups import field_budget as item_budget, items_budgets
-from pipkie.metrics import ItemScores, Scores
-from pipkie.modeling import builder_for, load_model, model_for_decode
+from pipkie.eval.calibration import calibration, calibration_pairs, reliability_diagram
+from pipkie.decoding import get_decoder
+from pipkie.io.document import serialize
+from pipkie.eval.gold import gold_fields, gold_items, gold_warnings, load_documents, parse_key_map
+from pipkie.eval.store import model_fingerprint, read_predictions, resume, run_fingerprint
+from pipkie.model.groups import field_budget as item_budget, items_budgets
+from pipkie.eval.metrics import ItemScores, Scores
+from pipkie.model.modeling import builder_for, load_model, model_for_decode
 from pipkie.schema import KeySchema
 
-DECODES = ("pip", "ar-free", "ar-forced")
-ALIASES = {"ar": "ar-free"}
-
-
-def decoder_name(decode: str) -> str:
-    """The decoder's one name (`ar` → `ar-free`); an unknown name raises ValueError."""
-    name = ALIASES.get(decode, decode)
-    if name not in DECODES:
-        raise ValueError(f"unknown decode {decode!r}; choose one of {', '.join(DECODES)}")
-    return name
-
-
 def decode_batch(model, builder, texts, schema: KeySchema, decode: str, *, pattern: str, refine_steps: int = 0):
-    schemas = [schema] * len(texts)
-    decode = decoder_name(decode)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # truncation: counted per document (truncated_tokens)
-        if decode == "pip":
-            return pip_decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps)
-        return ar_decode(model, builder, texts, schemas, mode="free" if decode == "ar-free" else "forced")
+        return get_decoder(decode)(model, builder, texts, [schema] * len(texts), pattern=pattern,
+                                   refine_steps=refine_steps)
 
 
 def truncated_tokens(builder, text: str, schema: KeySchema, decode: str) -> int:
     """Document tokens the decoder's input drops to fit the context (0 when the document fits)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        enc = builder.pip(text, schema) if decoder_name(decode) == "pip" else builder.ar_prompt(text, schema)
-    return int(enc.truncated)
+        return int(get_decoder(decode).encode(builder, text, schema).truncated)
 
 
 def summarize(rows: list[dict], keys: list[str], groups: dict[str, list[str]] | None = None) -> dict:
@@ -125,7 +107,7 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
     with instead of the dataset's words (its words cached in `ocr_cache`, default `ocr-cache/`
     beside `json_path`); json_path: where the summary goes, its predictions file beside it;
     reliability: a PNG path for the reliability diagram. `log` gets the progress messages."""
-    decode = decoder_name(decode)
+    decode = get_decoder(decode).name
     key_map = parse_key_map(key_map)
     ocr = None if ocr in (None, "", "none", "dataset") else ocr
     model_path = model_for_decode(model_path, decode)  # AR decodes run the AR baseline, never PIP weights
@@ -137,8 +119,8 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
     torch.set_num_threads(threads)
     model, tokenizer, settings = load_model(model_path, pad_vocab=True)
     builder = builder_for(tokenizer, settings)
-    schema = KeySchema.parse(keys or settings.keys or sorted({k for d in docs for k in d.fields
-                                                              if not k.startswith("items.")}))
+    schema = KeySchema.resolve(keys or None, default=lambda: settings.keys or sorted(
+        {k for d in docs for k in d.fields if not k.startswith("items.")}))  # the model's keys, else the gold's
     groups = {g.name: g for g in schema.groups}
     warns += gold_warnings(docs, schema.names, key_map, groups)
     for w in warns:
@@ -154,7 +136,7 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
     todo = [d for d in docs if d.id not in done]
     if done:
         log(f"evaluate: resuming {pred_path}: {len(docs) - len(todo)} of {len(docs)} documents already decoded")
-    pattern = settings.pattern if settings.objective == "pip" else "prefix_causal"
+    pattern = settings.pattern
     if pred_path:
         pred_path.parent.mkdir(parents=True, exist_ok=True)
     out = open(pred_path, "a", encoding="utf-8") if pred_path else None

@@ -30,7 +30,7 @@ Failures on the input raise `DocumentError` (a ValueError naming the file; a sta
 than `max_pages` pages (PDF pages, image frames), a page over `max_pixels` (from the header,
 before decoding) or more than `max_words` words (before building JSON words, after each page).
 `cancel` (a threading.Event, set by the service when a request is gone) stops a load between pages
-with `LoadCancelled`. A missing OCR engine raises `pipkie.ocr.OCREngineError`.
+with `LoadCancelled`. A missing OCR engine raises `pipkie.io.ocr.OCREngineError`.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from PIL import Image, ImageSequence
 
 from pipkie.data.errors import DataError
 from pipkie.data.sroie import read_box_file
-from pipkie.document import Document, Word, normalize_box
-from pipkie.ocr import (
+from pipkie.io.document import Document, Word, normalize_box
+from pipkie.io.ocr import (
     MAX_PIXELS, ImageTooLarge, OCREngineError, OCRError, check_pixels, get_engine, load_image, to_words,
 )
 
@@ -118,7 +118,7 @@ def load_document(
 ) -> Document:
     """A Document from a path, from bytes (name them with `filename` / `content_type`), or from `text`.
 
-    ocr/threads choose the OCR engine (`pipkie.ocr.get_engine`); pdf_text=False OCRs PDF pages even
+    ocr/threads choose the OCR engine (`pipkie.io.ocr.get_engine`); pdf_text=False OCRs PDF pages even
     when they have a text layer. More than `max_pages` pages, a page of more than `max_pixels`
     pixels or more than `max_words` words (None: no limit) raise LimitExceeded; a set `cancel`
     event raises LoadCancelled at the next page.

@@ -14,7 +14,7 @@ Patterns (`block_ids`: 0 for the causal prefix, k > 0 for the tokens of template
   document's KV cache can be reused for any number of key sets.
 - `full`: every token attends to every (non-padding) token, as in the reference work.
 
-Lists of items (`pipkie.groups`): under `causal` and `prefix_causal` a *group block* (block id
+Lists of items (`pipkie.model.groups`): under `causal` and `prefix_causal` a *group block* (block id
 above `GROUP_BLOCK`) also sees the group block just before it (`previous_group`), so item i knows
 which line item i − 1 took; flat blocks and other groups stay invisible. Flat templates have no
 group blocks: their masks are unchanged.
@@ -36,7 +36,7 @@ from transformers.masking_utils import (AttentionMaskInterface, and_masks, bidir
                                         causal_mask_function, create_causal_mask, eager_mask, or_masks, sdpa_mask)
 
 PATTERNS = ("causal", "prefix_causal", "full")
-GROUP_BLOCK = 1 << 20  # = pipkie.groups.GROUP_BLOCK: block ids above it are group blocks
+GROUP_BLOCK = 1 << 20  # = pipkie.model.groups.GROUP_BLOCK: block ids above it are group blocks
 
 
 def same_template_block(block_ids: torch.Tensor):
@@ -51,7 +51,7 @@ def same_template_block(block_ids: torch.Tensor):
 def previous_group(block_ids: torch.Tensor):
     """q is in a group block (id > GROUP_BLOCK) and kv in the group block before it (id one less):
     item i of a list sees item i − 1. A list's first group has no such block (its id − 1 is unused:
-    `pipkie.groups`), nor has any flat block."""
+    `pipkie.model.groups`), nor has any flat block."""
 
     def predicate(b, h, q, kv):
         bq = block_ids[b, q]

@@ -1,7 +1,7 @@
 """Documents: OCR words with boxes, optional ground truth, and the one serialization used everywhere.
 
 A `Document` is both what users extract from and what training/evaluation read: the readers in
-`pipkie.data` yield Documents with `fields` filled in; OCR (`pipkie.ocr`) yields them with `fields`
+`pipkie.data` yield Documents with `fields` filled in; OCR (`pipkie.io.ocr`) yields them with `fields`
 empty. Boxes are normalised to 0-1000 on their page (as in LayoutLM), so serialization does not
 depend on the image resolution.
 

@@ -4,7 +4,7 @@
 
 Every image or PDF under the input folder (recursively, in sorted order) becomes
 `{out}/{relative path}.json`: `Document.to_dict()` plus `"normalized": true`, which
-`pipkie.loaders.load_document` and the `words` dataset reader (`pipkie.data.words`) read back.
+`pipkie.io.loaders.load_document` and the `words` dataset reader (`pipkie.data.words`) read back.
 A file whose output already exists is skipped, so a killed run resumes where it stopped; each
 output is written to a temporary name and renamed, so a kill never leaves half a file. A file that
 cannot be read is recorded in `{out}/errors.jsonl` (path and reason) and the run goes on.
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipkie.loaders import DocumentError, load_document
+from pipkie.io.loaders import DocumentError, load_document
 
 EXTENSIONS = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".gif", ".pdf"}
 

@@ -39,7 +39,7 @@ from typing import Protocol, Union
 
 from PIL import Image, ImageOps
 
-from pipkie.document import Word, normalize_box
+from pipkie.io.document import Word, normalize_box
 
 ImageInput = Union[Image.Image, str, Path, bytes]
 

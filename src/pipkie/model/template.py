@@ -22,7 +22,7 @@ Two options make the one-pass problem easier for small models (both saved with t
   attention: a field's slots see the document and their own key only, so a field's answer never
   depends on which other keys were asked for.
 
-A third option serves the copy head (`copy=True`, pipkie.copyhead): every document line is
+A third option serves the copy head (`copy=True`, pipkie.model.copyhead): every document line is
 tokenized with a leading space (`" " + line`), so a value's tokens (" " + value) appear verbatim in
 the document's token stream, across line breaks too once the line-break tokens are skipped
 (`copy_stream`).
@@ -68,7 +68,7 @@ class DocumentTooLong(ValueError):
 
 @dataclass
 class FieldSlots:
-    key: str  # a flat key's name; for a list's field "items[2].name" (pipkie.groups)
+    key: str  # a flat key's name; for a list's field "items[2].name" (pipkie.model.groups)
     start: int  # index in input_ids of the first value slot
     length: int  # number of slots (the key's budget)
     group: str | None = None  # the list (Group) a field of an item belongs to
@@ -219,7 +219,7 @@ class TemplateBuilder:
         `items[name, price]`."""
         text = ", ".join(header_text(k)[1:-1] for k in schema)
         if schema.groups:
-            from pipkie.groups import key_list_text
+            from pipkie.model.groups import key_list_text
 
             text = (text + key_list_text(schema)).removeprefix(", ")
         return self._ids("\nkeys: " + text)
@@ -322,7 +322,7 @@ class TemplateBuilder:
     def template_length(self, schema: KeySchema) -> int:
         n = sum(len(self.header(k)) + self.budget(k) for k in schema)
         if schema.groups:
-            from pipkie.groups import template_length
+            from pipkie.model.groups import template_length
 
             n += template_length(self, schema)
         return n
@@ -343,7 +343,7 @@ class TemplateBuilder:
 
     def pip_block(self, schema: KeySchema, values=None, offset: int = 0):
         """The template alone, to follow a prefix of length `offset`: ids, slots, targets, block ids.
-        A schema's lists (groups) follow its flat fields (pipkie.groups)."""
+        A schema's lists (groups) follow its flat fields (pipkie.model.groups)."""
         ids, targets, blocks, slots = [], [], [], []
         for i, k in enumerate(schema):
             h, b = self.header(k), self.budget(k)
@@ -354,7 +354,7 @@ class TemplateBuilder:
                 v = self.value_ids(values.get(k.name), b)
                 targets += [IGNORE] * len(h) + v + [self.end_id] * (b - len(v))
         if schema.groups:
-            from pipkie.groups import pip_groups
+            from pipkie.model.groups import pip_groups
 
             g_ids, g_slots, g_targets, g_blocks = pip_groups(self, schema, values, offset + len(ids))
             ids, slots, targets, blocks = ids + g_ids, slots + g_slots, targets + g_targets, blocks + g_blocks
@@ -366,7 +366,7 @@ class TemplateBuilder:
         field, eos."""
         n = len(self.key_list(schema)) + 1 + sum(len(self.answer_header(k)) + self.budget(k) + 1 for k in schema) + 1
         if schema.groups:
-            from pipkie.groups import ar_reserved
+            from pipkie.model.groups import ar_reserved
 
             n += ar_reserved(self, schema)
         return n
@@ -377,7 +377,7 @@ class TemplateBuilder:
         for k in schema:
             ids += self.answer_header(k) + self.value_ids(values.get(k.name), self.budget(k)) + [self.end_id]
         if schema.groups:
-            from pipkie.groups import ar_answer
+            from pipkie.model.groups import ar_answer
 
             ids += ar_answer(self, schema, values)
         return ids + [self.eos_id]

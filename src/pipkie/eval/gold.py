@@ -5,7 +5,7 @@ images), and the gold value of each requested key (through a key map).
   answer is scored against the dataset's `store_name` (datasets name their classes their own way:
   WildReceipt's reader calls the store name `store_name`). Unmapped keys are read as named.
 - OCR (`ocr="rapidocr"` or `"tesseract"`): each document's images (`Document.images`) are OCR'd by
-  `pipkie.ocr_folder.ocr_folder`, which writes one JSON-words file per image, and the words of
+  `pipkie.io.ocr_folder.ocr_folder`, which writes one JSON-words file per image, and the words of
   those files replace the dataset's (gold values stay the dataset's). The cache mirrors the image
   paths under the data directory, `{cache}/{path relative to data_dir}.json`, the layout `pipkie ocr
   DATA_DIR --out CACHE` writes (or `pipkie ocr DATA_DIR/SUBFOLDER`: paths relative to a folder
@@ -20,8 +20,8 @@ import json
 from pathlib import Path
 
 from pipkie.data import read_dataset
-from pipkie.document import Document, Word
-from pipkie.ocr_folder import ocr_folder, output_path
+from pipkie.io.document import Document, Word
+from pipkie.io.ocr_folder import ocr_folder, output_path
 
 
 def parse_key_map(spec: str | dict | None) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Calibration of field confidences: can a user act on them?
 
 Over every predicted (non-missing) value of an evaluation: a value is *right* when it equals the
-gold value ignoring whitespace and case (`pipkie.metrics.loose_exact`). Reported:
+gold value ignoring whitespace and case (`pipkie.eval.metrics.loose_exact`). Reported:
 - `ece`: expected calibration error over `bins` equal-width confidence bins,
   Σ_b (n_b / n) · |accuracy_b − mean confidence_b|;
 - `high_share`: the share of predicted values with confidence ≥ `high` (0.9), and `high_exact`:
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from pipkie.metrics import loose_exact, values
+from pipkie.eval.metrics import loose_exact, values
 
 
 def calibration_pairs(rows: Iterable[dict], keys: list[str]) -> list[tuple[float, bool]]:

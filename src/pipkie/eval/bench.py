@@ -31,15 +31,26 @@ from pathlib import Path
 
 import torch
 
-from pipkie.ar import ar_decode
 from pipkie.data import read_dataset
-from pipkie.decode import pip_decode
-from pipkie.document import serialize
-from pipkie.metrics import Scores
-from pipkie.modeling import builder_for, load_model, model_for_decode
+from pipkie.decoding import DECODERS, Decoder, get_decoder
+from pipkie.decoding.ar import ar_decode
+from pipkie.decoding.pip import pip_decode
+from pipkie.io.document import serialize
+from pipkie.eval.metrics import Scores
+from pipkie.model.modeling import builder_for, load_model, model_for_decode
 from pipkie.schema import Key, KeySchema
 
-METHODS = ("pip", "pip-refine1", "pip-refine2", "ar-forced", "ar-free")
+REFINE_STEPS = (1, 2)  # refinement variants timed for decoders that refine: "pip-refine1", "pip-refine2"
+METHODS = tuple(m for d in DECODERS.values()
+                for m in (d.name, *(f"{d.name}-refine{k}" for k in REFINE_STEPS if d.refines)))
+
+
+def method_decoder(method: str) -> tuple[Decoder, int]:
+    """A method's (decoder, refine steps): "pip-refine2" -> (pip, 2); ValueError for an unknown one."""
+    name, _, steps = method.partition("-refine")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose among {', '.join(METHODS)}")
+    return get_decoder(name), int(steps or 0)
 
 
 def _release_memory() -> None:
@@ -132,19 +143,15 @@ def value_tokens(builder, preds) -> int:
 
 def run_method(model, builder, texts, schema, method: str, pattern: str):
     """Decode `texts` with one method; return (predictions, value tokens)."""
-    schemas = [schema] * len(texts)
-    if method.startswith("pip"):
-        refine = int(method[-1]) if method != "pip" else 0
-        preds = pip_decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine)
-    else:
-        preds = ar_decode(model, builder, texts, schemas, mode="free" if method == "ar-free" else "forced")
+    decoder, refine_steps = method_decoder(method)
+    preds = decoder(model, builder, texts, [schema] * len(texts), pattern=pattern, refine_steps=refine_steps)
     return preds, value_tokens(builder, preds)
 
 
 @torch.inference_mode()
 def floor_pass(model, builder, texts, schema) -> None:
     """One plain causal forward over inputs as long as PIP's (the floor PIP is compared with)."""
-    from pipkie.decode import left_pad, positions
+    from pipkie.decoding.pip import left_pad, positions
 
     encs = [builder.pip(t, schema) for t in texts]
     ids, attn = left_pad([e.input_ids for e in encs], builder.pad_id)
@@ -205,10 +212,11 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
         raise ValueError(f"methods must be among {', '.join(METHODS)}, got {', '.join(methods) or 'none'}")
     torch.set_num_threads(threads)
     model, builder, settings, ar_model, ar_builder, ar_model_path = load_pair(
-        model_path, ar_model_path, need_ar=sweeps or any(m.startswith("ar") for m in methods))
-    pattern = settings.pattern if settings.objective == "pip" else "prefix_causal"
+        model_path, ar_model_path, need_ar=sweeps or any(method_decoder(m)[0].objective == "ar" for m in methods))
+    pattern = settings.pattern
     docs = list(read_dataset(dataset, data_dir, split, limit=limit))
-    schema = KeySchema.parse(settings.keys or sorted({k for d in docs for k in d.fields if not k.startswith("items.")}))
+    schema = KeySchema.resolve(default=lambda: settings.keys or sorted(
+        {k for d in docs for k in d.fields if not k.startswith("items.")}))  # the model's keys, else the gold's
     # Batches group documents of similar length (sorted by token count), as an offline batch job
     # would, so left-padding costs every method little; at batch 1 the order changes nothing.
     ordered = sorted(((serialize(d), d) for d in docs), key=lambda td: len(builder.tok(td[0]).input_ids))
@@ -226,7 +234,8 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
             partial.write_text(json.dumps(result, indent=2) + "\n")
 
     names = ("floor",) + tuple(methods)
-    pick = {name: (ar_model, ar_builder) if name.startswith("ar") else (model, builder) for name in names}
+    pick = {name: (ar_model, ar_builder) if name != "floor" and method_decoder(name)[0].objective == "ar"
+            else (model, builder) for name in names}
     for bs in batch_sizes:
         chunks = [texts[i: i + bs] for i in range(0, len(texts), bs)]
         block = result["batches"].setdefault(str(bs), dict(methods={}, ratios={}, done=0, raw={}))

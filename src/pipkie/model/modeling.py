@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from pipkie.attention import enable_pip_attention
-from pipkie.copyhead import CopyHead, attach
-from pipkie.template import SPECIAL_TOKENS, TemplateBuilder, add_special_tokens
+from pipkie.model.attention import enable_pip_attention
+from pipkie.model.copyhead import CopyHead, attach
+from pipkie.model.template import SPECIAL_TOKENS, TemplateBuilder, add_special_tokens
 
 SETTINGS_FILE = "pipkie.json"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -33,17 +33,17 @@ class Settings:
     """How a model is decoded; saved beside the weights so inference matches training."""
 
     objective: str = "pip"  # "pip" (parallel, mask slots) or "ar" (autoregressive baseline)
-    pattern: str = "prefix_causal"  # attention pattern of the template block (pipkie.attention)
+    pattern: str = "prefix_causal"  # attention pattern of the template block (pipkie.model.attention)
     max_length: int = 1024  # context used for document + template
     default_budget: int = 16  # mask slots for a key with no budget of its own
     budgets: dict[str, int] = field(default_factory=dict)  # per-key mask budgets (from length stats)
     slot_tokens: int = 0  # distinct slot tokens <|pip_slot_j|> (0: one shared <|pip_mask|>)
-    field_blocks: bool = False  # each field its own attention block (pipkie.template)
-    copy_head: bool = False  # slots mix the LM head with a pointer into the document (pipkie.copyhead)
+    field_blocks: bool = False  # each field its own attention block (pipkie.model.template)
+    copy_head: bool = False  # slots mix the LM head with a pointer into the document (pipkie.model.copyhead)
     base: str | None = None  # base model of a LoRA adapter ("smollm2" or a path)
     keys: list[str] = field(default_factory=list)  # keys the model was fine-tuned on (the default)
     # a PIP model's AR baseline (same base, data and steps, trained causally): a directory relative
-    # to this model's (e.g. "../pipkie-ar"); what `--decode ar|ar-forced` and `pipkie bench` run
+    # to this model's (e.g. "../pipkie-ar"); what `--decode ar-free|ar-forced` and `pipkie bench` run
     ar_baseline: str | None = None
 
     def save(self, directory: str | Path) -> None:
@@ -86,14 +86,16 @@ def ar_baseline_path(model_path: str | Path, settings: "Settings") -> str | None
 
 
 def model_for_decode(model_path: str | Path, decode: str, settings: "Settings | None" = None) -> str:
-    """The model directory that `decode` ("pip", "ar", "ar-forced") runs on for the model at
-    `model_path`: a PIP model for "pip"; for AR decodes, an AR model itself or a PIP model's
-    `ar_baseline`. Raises NoARBaseline / ValueError / FileNotFoundError with what to do, so that AR
-    decoding never runs silently on a PIP model (whose AR answers are meaningless)."""
+    """The model directory that the decoder `decode` (`pipkie.decoding.DECODERS`) runs on for the
+    model at `model_path`: the PIP model for a PIP decoder; for AR decoders, an AR model itself or a
+    PIP model's `ar_baseline`. Raises NoARBaseline / ValueError / FileNotFoundError with what to do,
+    so that AR decoding never runs silently on a PIP model (whose AR answers are meaningless)."""
+    from pipkie.decoding import get_decoder  # (the decoders import this package's template)
+
     settings = settings or (Settings.load(model_path) if Path(str(model_path)).is_dir() else Settings())
-    if decode == "pip":
+    if get_decoder(decode).objective == "pip":
         if settings.objective == "ar":
-            raise ValueError(f"{model_path} is an AR model (objective 'ar'): decode it with ar or ar-forced")
+            raise ValueError(f"{model_path} is an AR model (objective 'ar'): decode it with ar-free or ar-forced")
         return str(model_path)
     if settings.objective == "ar":
         return str(model_path)

@@ -1,6 +1,6 @@
 """Stage 2b: refit the copy head on frozen features.
 
-The copy head (pipkie.copyhead) is a few hundred thousand parameters on top of the model's final
+The copy head (pipkie.model.copyhead) is a few hundred thousand parameters on top of the model's final
 hidden states. Its span pointers learn more slowly than the model's other parameters do in a short
 fine-tuning run (the first SROIE run pointed the value's end one token early). Refitting it is
 cheap: the fine-tuned model runs once over each training document without gradients, the states
@@ -21,11 +21,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from pipkie.copyhead import FieldSpan, field_nll_given, get_head
+from pipkie.model.copyhead import FieldSpan, field_nll_given, get_head
 from pipkie.data import read_dataset
-from pipkie.document import serialize
-from pipkie.modeling import builder_for, load_model
-from pipkie.train.examples import collate, kv_instance, random_schemas
+from pipkie.io.document import serialize
+from pipkie.model.modeling import builder_for, load_model
+from pipkie.train.instances import collate, kv_instance, random_schemas
 from pipkie.train.loop import forward_batch
 
 

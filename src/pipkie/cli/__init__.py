@@ -1,0 +1,19 @@
+"""`pipkie`, the command line: one module per group of commands, all on one Typer app.
+
+    train     finetune, pretrain, refit-head   (options built from TrainConfig's fields)
+    extract   extract, explain, ocr
+    evaluate  evaluate, bench, compare
+    serve     serve
+
+A new command goes in the module of its group (or a new module imported below).
+"""
+
+from pipkie.cli import train, extract, evaluate, serve  # noqa: F401, I001  (each registers its commands, in this order)
+from pipkie.cli.common import app
+
+
+def main():
+    app()
+
+
+__all__ = ["app", "main"]

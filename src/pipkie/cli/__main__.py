@@ -1,0 +1,3 @@
+from pipkie.cli import main
+
+main()

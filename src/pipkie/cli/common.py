@@ -1,0 +1,86 @@
+"""What every command shares: the Typer app, threads, errors on stderr, loading the model and the keys."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Key information extraction with parallel decoding (PIP).")
+
+
+def decoder_help(what: str = "") -> str:
+    """--decode's help: the registered decoders (`pipkie.decoding.DECODERS`), without importing them."""
+    from pipkie.decoding import DECODERS
+
+    return " | ".join(DECODERS) + (f" ({what})" if what else "")
+
+
+def set_threads(n: int | None) -> int:
+    """Threads from the option, else from PIPKIE_THREADS, else 1 (safe on a busy 2-core machine)."""
+    n = n or int(os.environ.get("PIPKIE_THREADS", "1"))
+    import torch
+
+    torch.set_num_threads(n)
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))
+    return n
+
+
+def quiet_transformers() -> None:
+    """No weight-loading progress bars or info logs on stderr (it carries our progress and errors)."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - only cosmetic
+        pass
+
+
+def error(msg: str) -> None:
+    """One line on stderr, prefixed `error:`."""
+    typer.echo(f"error: {msg}", err=True)
+
+
+def load_extractor(model: Optional[str], threads: int, ocr: str):
+    from pipkie.extract import Extractor
+    from pipkie.model.modeling import default_model_path
+
+    quiet_transformers()
+    try:
+        path = model or default_model_path()  # --model, else $PIPKIE_MODEL, else models/pipkie
+        if path != "smollm2" and not Path(path).exists():  # never wait on a hub look-up for a typo
+            raise FileNotFoundError(f"model not found: {path} (give a pipkie model directory with --model or $PIPKIE_MODEL)")
+        return Extractor.from_pretrained(path, threads=threads, ocr=ocr)
+    except FileNotFoundError as e:
+        error(str(e))
+    except (OSError, ValueError, RuntimeError) as e:
+        error(f"cannot load the model {model or ''}: {e}".replace("  ", " ").replace("\n", " "))
+    raise typer.Exit(2)
+
+
+def key_schema(keys: Optional[str], schema: Optional[Path]):
+    """The --keys / --schema given (checked before a model is loaded), else None (the model's keys)."""
+    from pipkie.schema import KeySchema, SchemaError
+
+    if schema and not schema.is_file():
+        raise typer.BadParameter(f"{schema}: no such file", param_hint="--schema")
+    if not keys and not schema:
+        return None
+    try:
+        return KeySchema.resolve(keys or None, schema)
+    except SchemaError as e:
+        raise typer.BadParameter(str(e), param_hint="--schema" if schema else "--keys") from None
+
+
+def int_list(text: str, option: str) -> list[int]:
+    """ "1,5,10" -> [1, 5, 10]; anything else (or a number below 1) is a usage error."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise typer.BadParameter(f"expected positive integers separated by commas, got {text!r}", param_hint=option)
+    return out

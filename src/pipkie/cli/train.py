@@ -1,0 +1,97 @@
+"""Training from the command line: `pipkie finetune`, `pipkie pretrain`, `pipkie refit-head`.
+
+The options of finetune and pretrain are built from `TrainConfig`'s fields (their help is the
+field's), so a new field is a new option without touching this file. Fields that are not a plain
+str/int/float/bool/list of str (mixtures, budgets, the compact architecture) are set in a
+`--config` JSON file (configs/train/*.json); options given on the command line override it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pipkie.cli.common import app, set_threads
+from pipkie.train.config import TrainConfig
+
+_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list[str]": list[str]}
+_CONFIG = inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
+                            default=typer.Option(None, help="JSON file of TrainConfig fields; options override it"))
+
+
+def _default(f) -> object:
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+def config_options(skip: tuple[str, ...] = ()) -> list[inspect.Parameter]:
+    """One keyword parameter per TrainConfig field of a plain type, each a Typer option (default None:
+    "not given", so that the config file's value stands)."""
+    out = [_CONFIG]
+    for f in fields(TrainConfig):
+        kind = _TYPES.get(str(f.type))
+        if kind is None or f.name in skip:
+            continue
+        help_ = f.metadata.get("help", "")
+        out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
+                                     default=typer.Option(None, help=f"{help_} [default: {_default(f)!r}]")))
+    return out
+
+
+def train_config(config: Optional[Path], overrides: dict) -> TrainConfig:
+    """The config file's fields (unknown ones are an error), then the options given."""
+    base = {}
+    if config:
+        if not config.is_file():
+            raise typer.BadParameter(f"{config}: no such file", param_hint="--config")
+        base = json.loads(config.read_text())
+    unknown = set(base) - {f.name for f in fields(TrainConfig)}
+    if unknown:
+        raise typer.BadParameter(f"unknown config fields: {sorted(unknown)}", param_hint="--config")
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    return TrainConfig(**base)
+
+
+def _command(name: str, doc: str, run_name: str, fixed: dict | None = None):
+    """Register `pipkie NAME` running pipkie.train.finetune.RUN_NAME on the config it builds."""
+    fixed = fixed or {}
+
+    def command(**options):
+        from pipkie.train import finetune
+
+        cfg = train_config(options.pop("config"), {**options, **fixed})
+        typer.echo(f"threads: {set_threads(cfg.threads)}")
+        typer.echo(json.dumps(getattr(finetune, run_name)(cfg), indent=2))
+
+    command.__signature__ = inspect.Signature(config_options(skip=tuple(fixed)))
+    command.__doc__ = doc
+    command.__name__ = name
+    app.command(name)(command)
+
+
+_command("finetune", """Stage 2: KV-supervised fine-tuning, PIP (--objective pip) or its AR baseline (--objective ar).
+
+Resumes from OUTPUT_DIR/checkpoint if present. The shipped models: --config configs/train/generalist-pip.json
+(and -ar.json).""", "finetune")
+_command("pretrain", "Stage 1: mask pre-training on document text (resumable).", "pretrain", {"objective": "mask"})
+
+
+@app.command("refit-head")
+def refit_head(
+    model: str = typer.Option(..., help="a fine-tuned model with a copy head"),
+    output: str = typer.Option(..., help="where the model with the refitted head goes (may be --model)"),
+    dataset: str = "sroie", data_dir: str = typer.Option(..., help="the dataset's directory"), split: str = "train",
+    epochs: int = 20, lr: float = 1e-4, holdout: float = 0.1, seed: int = 0, limit: Optional[int] = None,
+    threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
+):
+    """Stage 2b: refit the copy head on frozen features of the training split (pipkie.train.refit_head)."""
+    from pipkie.train.refit_head import refit_head as run
+
+    n = set_threads(threads)
+    typer.echo(f"threads: {n}")
+    typer.echo(json.dumps(run(model=model, output=output, dataset=dataset, data_dir=data_dir, split=split,
+                              epochs=epochs, lr=lr, holdout=holdout, seed=seed, threads=n, limit=limit), indent=2))

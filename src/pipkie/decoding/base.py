@@ -1,0 +1,47 @@
+"""What every decoder is: one interface, so that extract, evaluate, bench and the service run any
+decoder the same way (`pipkie.decoding.DECODERS` lists them)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (decoders are listed without importing torch: `pipkie.decoding`)
+    from pipkie.model.template import Encoded, TemplateBuilder
+    from pipkie.schema import KeySchema
+
+
+class Decoder(ABC):
+    """A way to produce the answer of a batch of (document text, KeySchema).
+
+    `objective` says which model it runs on: "pip" (a PIP model's template) or "ar" (an AR model;
+    for a PIP model, its AR baseline: `pipkie.model.modeling.model_for_decode`). `refines`: it
+    takes `refine_steps`."""
+
+    name: str
+    objective: str
+    help: str
+    refines: bool = False
+
+    @abstractmethod
+    def decode(self, model, builder: TemplateBuilder, texts: list[str], schemas: list[KeySchema], *,
+               pattern: str = "prefix_causal", refine_steps: int = 0, trace: list | None = None) -> list[dict]:
+        """Per document, key -> FieldResult (or ItemsResult for a list). `pattern`: the PIP
+        model's attention pattern (its `Settings.pattern`); `trace`: per document, what the copy
+        head computed (PIP with a copy head; others append nothing)."""
+
+    @abstractmethod
+    def encode(self, builder: TemplateBuilder, text: str, schema: KeySchema) -> Encoded:
+        """The model input of one document (what `truncated` is counted on)."""
+
+    @abstractmethod
+    def reserved(self, builder: TemplateBuilder, schema: KeySchema) -> int:
+        """Tokens kept free next to the document for the answer (template or AR answer budget)."""
+
+    def __call__(self, model, builder, texts, schemas, *, pattern="prefix_causal", refine_steps=0, trace=None):
+        if refine_steps and not self.refines:
+            raise ValueError(f"decode {self.name!r} does not refine (refine_steps={refine_steps})")
+        return self.decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace)
+
+    def __repr__(self) -> str:
+        return f"<Decoder {self.name}>"

@@ -1,0 +1,9 @@
+"""Documents in and out: the `Document` type, loaders for every accepted file type, OCR engines,
+folder OCR, and grounding (which words a value was read from).
+
+- `document`: Document / Word, reading order and serialization into the model's text.
+- `loaders`: `load_document(path | bytes)` for images, PDFs, TIFFs, JSON words, SROIE box files, text.
+- `ocr`: the `ENGINES` registry (rapidocr, tesseract) and image loading with its limits.
+- `ocr_folder`: `pipkie ocr`, a folder of images/PDFs into JSON-words files, resumable.
+- `grounding`: a value's boxes (`locate`), the items of a list (`ground_items`).
+"""
