@@ -16,10 +16,12 @@ What it does, and why:
   different cores at the same time. Workers run ahead by at most two windows, which bounds memory.
   `workers=0` loads each window in this process before decoding it (serial; what `pipkie extract`
   did before). Both paths form the very same batches, so they write the same JSON per file.
-- **Dynamic batching by length**: the files are taken in windows of `window` (default 4 batches);
+- **Dynamic batching by length**: the files are taken in windows of `window` (default 2 batches);
   a window's documents are sorted by token length and cut into batches of `batch_size` (and at
   most `max_batch_tokens` padded tokens), so short receipts are not padded to a long one's length.
-  Windows are fixed slices of the input list, so batches do not depend on timing. A batch that
+  Windows are fixed slices of the input list, so batches do not depend on timing. A larger window
+  groups lengths better; a smaller one starts decoding sooner (the first window's loading is
+  never hidden behind decoding). A batch that
   fails is retried one document at a time, so one bad document costs only its own result.
 - **Output** (`out`, JSON lines, appended window by window and flushed): one row per file,
   `{"file": path, **Extraction.to_dict()}` for a result and `{"file": path, "error": message,
@@ -155,7 +157,7 @@ def decode_documents(ex, docs: list[Document], *, schema=None, decode: str = "pi
     return results
 
 
-def _configure_ocr(engine: str, options: dict | None) -> None:
+def configure_ocr(engine: str, options: dict | None) -> None:
     """Engine options for this process (the one place that reaches into the OCR module)."""
     if options:
         from pipkie.ocr import set_engine_options
@@ -163,7 +165,7 @@ def _configure_ocr(engine: str, options: dict | None) -> None:
         set_engine_options(engine, **options)
 
 
-def _load(path: str, engine: str, threads: int, max_pages: int) -> tuple[Document | None, str | None, str | None]:
+def load_file(path: str, engine: str, threads: int, max_pages: int) -> tuple[Document | None, str | None, str | None]:
     """(document, None, None), or (None, message, code) for a file that cannot be loaded: errors are
     returned, not raised, so that they cross the process boundary as plain strings."""
     try:
@@ -178,7 +180,7 @@ def _init_worker(engine: str, options: dict | None) -> None:
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    _configure_ocr(engine, options)
+    configure_ocr(engine, options)
 
 
 class _Loader:
@@ -198,7 +200,7 @@ class _Loader:
                                    initializer=_init_worker, initargs=(self.args[0], self.options))
 
     def _submit(self, i: int):
-        self.pending[i] = self.pool.submit(_load, str(self.files[i]), *self.args)
+        self.pending[i] = self.pool.submit(load_file, str(self.files[i]), *self.args)
 
     def prefetch(self, upto: int) -> None:
         while self.pool and self.next < min(upto, len(self.files)):
@@ -213,7 +215,7 @@ class _Loader:
 
     def get(self, i: int):
         if self.pool is None:
-            return _load(str(self.files[i]), *self.args)
+            return load_file(str(self.files[i]), *self.args)
         self.prefetch(i + 1)
         try:
             return self.pending.pop(i).result()
@@ -254,10 +256,10 @@ def extract_files(ex, files: list[Path], *, schema=None, decode: str = "pip", re
         order = [i for i in order if str(files[i]) not in done]
         if len(order) < len(files):
             log(f"resuming: {len(files) - len(order)} of {len(files)} file(s) already in {out}")
-    window = window or 4 * batch_size
+    window = window or 2 * batch_size
     args = (ex.ocr, ocr_threads or ex.threads, max_pages)
     if not workers:
-        _configure_ocr(ex.ocr, ocr_options)
+        configure_ocr(ex.ocr, ocr_options)
     loader = _Loader([files[i] for i in order], workers, args, ocr_options)
     sink = open(out, "a", encoding="utf-8") if out is not None else None
     bar = tqdm(total=len(order), unit="file", file=sys.stderr, disable=None if progress else True, smoothing=0.1)
