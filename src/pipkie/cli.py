@@ -333,7 +333,9 @@ def extract(
     out: Optional[Path] = typer.Option(None, help="append one JSON line per file here (results and error rows) "
                                        "instead of stdout; files already in it are skipped (resume)"),
     workers: int = typer.Option(0, min=0, help="OCR/loading processes running ahead of the model (0: load in this "
-                                "process, one window at a time)"),
+                                "process, one window at a time); with --ray: model actors (0: 1)"),
+    ray: Optional[str] = typer.Option(None, metavar="ADDRESS", help="run on Ray (pipkie[ray]; needs --out): local "
+                                      "(a Ray instance started here), auto (the running cluster) or HOST:PORT"),
 ):
     """Extract key fields from documents: one JSON object per file on stdout (JSON lines), or with
     --out appended to a file as {"file": ..., ...} rows, resumably (pipkie.pipeline; docs/SCALE.md).
@@ -369,9 +371,18 @@ def extract(
     files = expand_inputs(files)
     outs = _draw_paths(draw, files) if draw else [None] * len(files)
     failures = 0
-    for o in extract_files(ex, files, schema=ks, decode=decode, refine_steps=refine_steps, batch_size=batch_size,
-                           max_pages=max_pages, workers=workers, out=out, progress=progress and len(files) > 1,
-                           log=lambda m: typer.echo(m, err=True)):
+    common = dict(schema=ks, decode=decode, refine_steps=refine_steps, batch_size=batch_size, max_pages=max_pages,
+                  progress=progress and len(files) > 1, log=lambda m: typer.echo(m, err=True))
+    if ray:
+        if out is None or draw:
+            raise typer.BadParameter("--ray writes its rows to --out (and cannot --draw)", param_hint="--ray")
+        from pipkie.distributed import extract_files_ray
+
+        outcomes = extract_files_ray(ex.name, files, out, ocr=ocr, ocr_threads=n, model_threads=n, actors=workers or 1,
+                                     ar_model=ar_model, address=None if ray == "local" else ray, **common)
+    else:
+        outcomes = extract_files(ex, files, workers=workers, out=out, **common)
+    for o in outcomes:
         if o.error is not None:
             failures += 1
             _err(o.error)
