@@ -13,7 +13,8 @@ from pipkie.cli.common import app, decoder_help, error, key_schema, load_extract
 
 @app.command()
 def extract(
-    files: list[Path] = typer.Argument(..., help="documents: images, PDFs, JSON words, SROIE box files or text"),
+    files: list[Path] = typer.Argument(..., help="documents (images, PDFs, JSON words, SROIE box files, text), "
+                                       "folders (searched recursively) or glob patterns"),
     keys: Optional[str] = typer.Option(None, help="comma-separated keys, e.g. company,date,address,total; a list of "
                                        "items as items[name,quantity,price] (default: the model's keys)"),
     schema: Optional[Path] = typer.Option(None, help="a JSON-schema file (instead of --keys): string properties, "
@@ -29,8 +30,15 @@ def extract(
     batch_size: int = typer.Option(8, min=1, help="documents decoded together (one forward pass for PIP)"),
     max_pages: int = typer.Option(20, min=1, help="refuse documents with more pages"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr (on a terminal, for 2+ files)"),
+    out: Optional[Path] = typer.Option(None, help="append one JSON line per file here (results and error rows) "
+                                       "instead of stdout; files already in it are skipped (resume)"),
+    workers: int = typer.Option(0, min=0, help="OCR/loading processes running ahead of the model (0: load in this "
+                                "process, one window at a time); with --ray: model actors (0: 1)"),
+    ray: Optional[str] = typer.Option(None, metavar="ADDRESS", help="run on Ray (pipkie[ray]; needs --out): local "
+                                      "(a Ray instance started here), auto (the running cluster) or HOST:PORT"),
 ):
-    """Extract key fields from documents: one JSON object per file on stdout (JSON lines).
+    """Extract key fields from documents: one JSON object per file on stdout (JSON lines), or with
+    --out appended to a file as {"file": ..., ...} rows, resumably (pipkie.pipeline; docs/SCALE.md).
 
     Each object is Extraction.to_dict(), the same JSON as the service's POST /extract.
 
@@ -38,16 +46,11 @@ def extract(
     truncated (the value filled its budget). Per file: truncated and dropped_tokens (a document
     longer than the context keeps its start and its end).
 
-    A file that cannot be read gives a one-line error on stderr; the others are still processed, exit code 1.
+    A file that cannot be read gives a one-line error on stderr (and an error row in --out); the
+    others are still processed, exit code 1.
     """
-    import sys
-    import warnings
-
-    from tqdm import tqdm
-
     from pipkie.decoding import DECODERS
-    from pipkie.io.loaders import DocumentError
-    from pipkie.io.ocr import OCREngineError
+    from pipkie.pipeline import expand_inputs, extract_files
 
     if decode not in DECODERS:
         raise typer.BadParameter(f"must be one of {', '.join(DECODERS)}", param_hint="--decode")
@@ -65,39 +68,27 @@ def extract(
     except (OSError, ValueError) as e:
         error(str(e).replace("\n", " "))
         raise typer.Exit(2)
+    files = expand_inputs(files)
     outs = draw_paths(draw, files) if draw else [None] * len(files)
     failures = 0
-    bar = tqdm(total=len(files), unit="file", file=sys.stderr, disable=not progress or len(files) < 2 or None)
-    for start in range(0, len(files), batch_size):
-        chunk = list(enumerate(files))[start: start + batch_size]
-        loaded = []  # (index, path, doc)
-        for i, path in chunk:
-            try:
-                loaded.append((i, path, ex.load(path, max_pages=max_pages)))
-            except (DocumentError, OCREngineError) as e:
-                failures += 1
-                error(str(e).replace("\n", " "))
-                bar.update(1)
-        if not loaded:
+    common = dict(schema=ks, decode=decode, refine_steps=refine_steps, batch_size=batch_size, max_pages=max_pages,
+                  progress=progress and len(files) > 1, log=lambda m: typer.echo(m, err=True))
+    if ray:
+        if out is None or draw:
+            raise typer.BadParameter("--ray writes its rows to --out (and cannot --draw)", param_hint="--ray")
+        from pipkie.distributed import extract_files_ray
+
+        outcomes = extract_files_ray(ex.name, files, out, ocr=ocr, ocr_threads=n, model_threads=n, actors=workers or 1,
+                                     ar_model=ar_model, address=None if ray == "local" else ray, **common)
+    else:
+        outcomes = extract_files(ex, files, workers=workers, out=out, **common)
+    for o in outcomes:
+        if o.error is not None:
+            failures += 1
+            error(o.error)
             continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # truncation: reported per file below
-            try:
-                results = ex.extract_many([d for _, _, d in loaded], schema=ks, decode=decode,
-                                          refine_steps=refine_steps, batch_size=len(loaded))
-            except Exception:  # find the file that fails: each one alone
-                results = []
-                for _, path, d in loaded:
-                    try:
-                        results.append(ex.extract_many([d], schema=ks, decode=decode, refine_steps=refine_steps)[0])
-                    except Exception as e:
-                        results.append(e)
-        for (i, path, doc), result in zip(loaded, results):
-            bar.update(1)
-            if isinstance(result, Exception):
-                failures += 1
-                error(f"{path}: extraction failed ({type(result).__name__}: {result})".replace("\n", " "))
-                continue
+        result, path = o.result, o.file
+        if out is None:
             typer.echo(result.to_json(indent=2) if pretty else result.to_json())
             if result.truncated:
                 typer.echo(f"note: {path}: {result.dropped_tokens} document tokens dropped from the middle to fit "
@@ -108,13 +99,12 @@ def extract(
             for name in result.lists_truncated:
                 typer.echo(f"note: {path}: {name} filled all its items (there may be more: give a larger maxItems "
                            "in a --schema file)", err=True)
-            if outs[i] is not None:
-                try:
-                    draw_extraction(result, doc, path, outs[i])
-                except Exception as e:
-                    failures += 1
-                    error(f"{path}: cannot draw {outs[i]} ({type(e).__name__}: {e})")
-    bar.close()
+        if outs[o.index] is not None:
+            try:
+                draw_extraction(result, o.document, path, outs[o.index])
+            except Exception as e:
+                failures += 1
+                error(f"{path}: cannot draw {outs[o.index]} ({type(e).__name__}: {e})")
     if failures:
         typer.echo(f"{failures} of {len(files)} file(s) failed", err=True)
         raise typer.Exit(1)

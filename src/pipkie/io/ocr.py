@@ -12,7 +12,13 @@ created, and `get_engine` caches them, so a service pays the load once.
   paths are passed explicitly, so rapidocr's download code is never reached (no network at run
   time). ONNX Runtime gets `threads` intra-op threads and 1 inter-op thread (OpenCV gets `threads`
   too: a process-wide setting). Words come from rapidocr's word boxes (`return_word_box`); a line
-  without them falls back to one word per line box.
+  without them falls back to one word per line box. What its time goes into can be set (None, the
+  default, keeps rapidocr's own value, so outputs do not change): `max_side` (an image's long side
+  is scaled down to it before anything runs; rapidocr: 2000), `det_side` / `det_limit_type` (the
+  detector's input: its shorter side scaled up to `det_side` under "min", its longer side down to
+  it under "max"; rapidocr: 736, "min"), `use_cls` (the 180-degree direction classifier run on every
+  text line), `rec_batch` (text lines recognised per ONNX call). `set_engine_options` sets them for
+  the engines a process creates from then on (e.g. in an OCR worker process).
 - `Tesseract`: the `tesseract` binary (apt-get install tesseract-ocr tesseract-ocr-eng), run with
   `--psm 6` and OMP_THREAD_LIMIT=threads (unlimited OpenMP threads make it crawl on a busy machine).
 
@@ -151,10 +157,17 @@ class RapidOCR:
 
     name = "rapidocr"
 
-    def __init__(self, threads: int = 1, word_boxes: bool = True, min_score: float = 0.5):
+    def __init__(self, threads: int = 1, word_boxes: bool = True, min_score: float = 0.5, *,
+                 max_side: int | None = None, det_side: int | None = None, det_limit_type: str | None = None,
+                 use_cls: bool | None = None, rec_batch: int | None = None):
         if threads < 1:
             raise ValueError("threads must be >= 1")
+        if det_limit_type not in (None, "min", "max"):
+            raise ValueError("det_limit_type must be 'min' or 'max'")
         self.threads, self.word_boxes, self.min_score = threads, word_boxes, min_score
+        tuning = {"Global.max_side_len": max_side, "Det.limit_side_len": det_side, "Det.limit_type": det_limit_type,
+                  "Global.use_cls": use_cls, "Rec.rec_batch_num": rec_batch}
+        self.tuning = {k: v for k, v in tuning.items() if v is not None}  # only what differs from rapidocr's own
         self._ocr = None
         self._lock = threading.Lock()
 
@@ -189,6 +202,7 @@ class RapidOCR:
             "EngineConfig.onnxruntime.intra_op_num_threads": self.threads,
             "EngineConfig.onnxruntime.inter_op_num_threads": 1,
             **{f"{task}.model_path": str(p) for task, p in paths.items()},
+            **self.tuning,
         }
         try:
             return rapidocr.RapidOCR(params=params)
@@ -283,6 +297,16 @@ def parse_tesseract_tsv(tsv: str) -> list[OCRWord]:
 
 
 ENGINES = {"rapidocr": RapidOCR, "tesseract": Tesseract}
+_OPTIONS: dict[str, dict] = {}  # engine name -> keyword arguments of the engines created from now on
+
+
+def set_engine_options(name: str, **options) -> None:
+    """Process-wide keyword arguments for the engine `name` (RapidOCR: max_side, det_side, ...);
+    engines cached before are dropped, so the next `get_engine` creates one with them."""
+    if name.lower() not in ENGINES:
+        raise OCREngineError(f"unknown OCR engine {name!r}; choose one of {sorted(ENGINES)}")
+    _OPTIONS[name.lower()] = {k: v for k, v in options.items() if v is not None}
+    _cached_engine.cache_clear()
 
 
 def get_engine(name: str = "rapidocr", threads: int = 1) -> OCREngine:
@@ -294,4 +318,4 @@ def get_engine(name: str = "rapidocr", threads: int = 1) -> OCREngine:
 
 @lru_cache(maxsize=None)
 def _cached_engine(name: str, threads: int) -> OCREngine:
-    return ENGINES[name](threads=threads)
+    return ENGINES[name](threads=threads, **_OPTIONS.get(name, {}))

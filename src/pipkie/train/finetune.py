@@ -34,7 +34,12 @@ def load_documents(cfg: TrainConfig) -> list[Document]:
 
 
 def build_model(cfg: TrainConfig, corpus: list[str] | None = None):
-    """(model, tokenizer) ready to train: the base with pipkie's tokens, LoRA-wrapped if lora_r > 0."""
+    """(model, tokenizer) ready to train: the base with pipkie's tokens, LoRA-wrapped if lora_r > 0.
+    New weights (a compact model, new token rows, LoRA, a copy head) are drawn from `cfg.seed`, so a
+    run (and each process of a multi-process run) starts from the same weights every time."""
+    import torch
+
+    torch.manual_seed(cfg.seed)
     specials = list(SPECIAL_TOKENS) + [slot_token(j) for j in range(cfg.slot_tokens)]
     if cfg.base == "compact":
         from transformers import AutoModelForCausalLM

@@ -9,12 +9,25 @@
   plus `pipkie.json`, and loads with `pipkie.model.modeling.load_model`.
 - accelerate places model and batches (CPU here; the same code runs on GPUs) and runs bf16
   autocast when `bf16` is set.
+- Several processes (`accelerate launch` / `torchrun`; configs/accelerate/): `batch_size` stays the
+  global batch. Every process builds the same batch of step s (a pure function of seed and step)
+  and takes its own contiguous slice of rows (`shard`); each process's loss is its share of the
+  global per-token mean (its summed loss x processes / all processes' target count), and the
+  trainable parameters' gradients are averaged over processes after each backward (one
+  all-reduce of all of them, flattened). So N processes take the same steps as one process with
+  the same global batch, up to float rounding. The gradients are averaged here rather than by
+  DDP's wrapper because the copy head runs outside the model's forward and a process's rows may
+  not use it in a step, which DDP's reducer does not allow. Under an FSDP config
+  (configs/accelerate/fsdp-8gpu.yaml) accelerate shards the model instead and FSDP reduces the
+  gradients. Only the main process writes logs, checkpoints and the model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -22,7 +35,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from accelerate import Accelerator
+from accelerate import Accelerator, DistributedType
 from tqdm.auto import tqdm
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
@@ -49,18 +62,51 @@ def forward_batch(model, batch: dict, pattern: str, hidden: bool = False):
     return out.logits.reshape(-1, out.logits.shape[-1]).float(), out.hidden_states[-1] if hidden else None, index
 
 
-def loss_on_batch(model, batch: dict, pattern: str) -> torch.Tensor:
+def loss_on_batch(model, batch: dict, pattern: str, reduction: str = "mean") -> torch.Tensor:
     """Cross-entropy at the `keep` positions only (logits are computed nowhere else); with a copy
-    head (`copy_fields` in the batch), the negative log-likelihood of the generate/copy mixture."""
+    head (`copy_fields` in the batch), the negative log-likelihood of the generate/copy mixture.
+    `reduction`: "mean" over the kept positions, or their "sum"."""
     fields = batch.get("copy_fields")
     logits, hidden, index = forward_batch(model, batch, pattern, hidden=bool(fields))
     if not fields:
-        return F.cross_entropy(logits, batch["targets"])
+        return F.cross_entropy(logits, batch["targets"], reduction=reduction)
     losses = F.cross_entropy(logits, batch["targets"], reduction="none")  # (N,) at every kept position
     head = get_head(model)
     rows = [index[f.row, f.slots] for f in fields]
     nll = torch.cat([field_nll(head, hidden, logits[r], f) for r, f in zip(rows, fields)])
-    return losses.index_put((torch.cat(rows),), nll).mean()  # a copy field's slots: the mixture's NLL instead
+    losses = losses.index_put((torch.cat(rows),), nll)  # a copy field's slots: the mixture's NLL instead
+    return losses.sum() if reduction == "sum" else losses.mean()
+
+
+def shard(batch: dict, rank: int, world: int) -> dict:
+    """Process `rank`'s contiguous slice of the rows of a global batch (all of it when world == 1):
+    row tensors sliced, the flat `targets` cut where those rows' kept positions are, copy fields
+    kept for those rows and renumbered."""
+    if world == 1:
+        return batch
+    rows = batch["input_ids"].shape[0]
+    if rows < world:
+        raise ValueError(f"batch_size {rows} is smaller than the {world} processes: each needs a row")
+    lo, hi = rank * rows // world, (rank + 1) * rows // world
+    kept = torch.cat([torch.zeros(1, dtype=torch.long), batch["keep"].sum(1).cumsum(0)])
+    out = {k: v[lo:hi] if torch.is_tensor(v) and v.dim() and v.shape[0] == rows and k != "targets" else v
+           for k, v in batch.items()}
+    out["targets"] = batch["targets"][kept[lo]: kept[hi]]
+    if "copy_fields" in batch:
+        out["copy_fields"] = [dataclasses.replace(f, row=f.row - lo) for f in batch["copy_fields"] if lo <= f.row < hi]
+    return out
+
+
+def average_gradients(params: list[torch.Tensor], world: int) -> None:
+    """Average the gradients of `params` over the `world` processes (one flattened all-reduce)."""
+    if world == 1:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.flatten().float() for g in grads])
+    torch.distributed.all_reduce(flat)
+    flat /= world
+    for p, g in zip(params, flat.split([g.numel() for g in grads])):
+        p.grad = g.view_as(p).to(p.dtype)
 
 
 def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: Callable[[Path], None],
@@ -84,7 +130,14 @@ def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: C
         sched = get_constant_schedule_with_warmup(opt, cfg.warmup)
     else:
         raise ValueError(f"unknown schedule {cfg.schedule!r} (cosine or constant)")
-    model, opt = accel.prepare(model, opt)
+    if accel.num_processes == 1 or accel.distributed_type == DistributedType.FSDP:
+        model, opt = accel.prepare(model, opt)  # placed (FSDP: sharded, and FSDP reduces the gradients)
+        params = [p for p in model.parameters() if p.requires_grad]
+    else:  # data parallel, the gradients averaged in _loop (see the module docstring)
+        model = model.to(accel.device)
+        for t in [*model.parameters(), *model.buffers()]:  # every process starts from rank 0's weights
+            torch.distributed.broadcast(t.data, src=0)
+        opt = accel.prepare_optimizer(opt, device_placement=False)
     start, elapsed = 0, 0.0
     ckpt = out_dir / CKPT
     if (ckpt / "state.pt").exists():
@@ -95,29 +148,45 @@ def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: C
         sched.load_state_dict(state["scheduler"])
         start, elapsed = state["step"], state.get("elapsed", 0.0)
         print(f"resumed from {ckpt} at step {start}", flush=True)
-    (out_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    main = accel.is_main_process
+    if main:
+        (out_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
     model.train()
-    with open(out_dir / "log.jsonl", "a") as log:
+    with open(out_dir / "log.jsonl", "a") if main else open(os.devnull, "w") as log:
         loss_ema, elapsed = _loop(cfg, model, opt, sched, accel, params, make_batch, pattern, log, start, elapsed)
     model.eval()
-    save(out_dir / "model")
-    summary = dict(steps=cfg.steps, train_seconds=round(elapsed, 1), final_loss_ema=loss_ema)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    accel.wait_for_everyone()
+    summary = dict(steps=cfg.steps, train_seconds=round(elapsed, 1), final_loss_ema=loss_ema,
+                   processes=accel.num_processes)
+    if main:
+        save(out_dir / "model")
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    accel.wait_for_everyone()
     return summary
 
 
 def _loop(cfg, model, opt, sched, accel, params, make_batch, pattern, log, start, elapsed):
     out_dir, ckpt = Path(cfg.output_dir), Path(cfg.output_dir) / CKPT
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"{cfg.objective}", mininterval=5)
-    loss_ema = None
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"{cfg.objective}", mininterval=5,
+               disable=not accel.is_main_process)
+    world, loss_ema = accel.num_processes, None
     for step in bar:
         t0 = time.time()
-        batch = {k: v.to(accel.device) if torch.is_tensor(v) else v for k, v in make_batch(step).items()}
+        full = make_batch(step)
+        batch = {k: v.to(accel.device) if torch.is_tensor(v) else v
+                 for k, v in shard(full, accel.process_index, world).items()}
         with accel.autocast():
-            loss = loss_on_batch(model, batch, pattern)
-        if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"loss is {loss.item()} at step {step}; last checkpoint kept in {ckpt}")
+            if world == 1:
+                loss = loss_on_batch(model, batch, pattern)
+            else:  # this process's share of the global batch's per-token mean
+                loss = loss_on_batch(model, batch, pattern, reduction="sum") * (world / full["targets"].numel())
+        # what is logged: the global batch's mean, as one process computes it
+        loss_value = loss.item() if world == 1 else accel.reduce(loss.detach(), reduction="sum").item() / world
+        if not math.isfinite(loss_value):
+            raise FloatingPointError(f"loss is {loss_value} at step {step}; last checkpoint kept in {ckpt}")
         accel.backward(loss)
+        if accel.distributed_type != DistributedType.FSDP:
+            average_gradients(params, world)
         if cfg.grad_clip:
             accel.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
@@ -125,15 +194,15 @@ def _loop(cfg, model, opt, sched, accel, params, make_batch, pattern, log, start
         opt.zero_grad(set_to_none=True)
         dt = time.time() - t0
         elapsed += dt
-        tokens = int(batch["attention_mask"].sum())
-        loss_ema = loss.item() if loss_ema is None else 0.9 * loss_ema + 0.1 * loss.item()
+        tokens = int(full["attention_mask"].sum())
+        loss_ema = loss_value if loss_ema is None else 0.9 * loss_ema + 0.1 * loss_value
         bar.set_postfix(loss=f"{loss_ema:.3f}", tok_s=f"{tokens / dt:.0f}")
         if (step + 1) % cfg.log_every == 0:
-            log.write(json.dumps(dict(step=step + 1, loss=round(loss.item(), 5), lr=sched.get_last_lr()[0],
-                                      tokens=tokens, targets=int(batch["keep"].sum()), sec=round(dt, 3),
+            log.write(json.dumps(dict(step=step + 1, loss=round(loss_value, 5), lr=sched.get_last_lr()[0],
+                                      tokens=tokens, targets=int(full["keep"].sum()), sec=round(dt, 3),
                                       tok_per_sec=round(tokens / dt, 1), elapsed=round(elapsed, 1))) + "\n")
             log.flush()
-        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+        if ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps) and accel.is_main_process:
             tmp = out_dir / (CKPT + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
