@@ -36,12 +36,30 @@ from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 from pipkie.model.attention import PIP_SDPA, build_attention_mask
 
 SIZES = {  # Qwen2-VL-2B / -7B language models
-    "qwen2-vl-2b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                        intermediate_size=8960, vocab_size=151936),
-    "qwen2-vl-7b": dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-                        intermediate_size=18944, vocab_size=152064),
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                 intermediate_size=128, vocab_size=1000),
+    "qwen2-vl-2b": dict(
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+        vocab_size=151936,
+    ),
+    "qwen2-vl-7b": dict(
+        hidden_size=3584,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        intermediate_size=18944,
+        vocab_size=152064,
+    ),
+    "tiny": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=1000,
+    ),
 }
 DOC_TOKENS = 427  # mean SROIE test document (SmolLM2 tokens)
 FIELDS = {"company": (12, 24), "date": (10, 12), "address": (41, 64), "total": (5, 10)}  # (mean value, budget)
@@ -55,7 +73,11 @@ def sync(device):
 
 def pip_inputs(batch: int, vocab: int, device, g):
     """(ids, block ids, slot mask) for document + template; one block per field (field_blocks)."""
-    ids, block, slots = [torch.randint(100, vocab - 100, (DOC_TOKENS + 1,), generator=g)], [torch.zeros(DOC_TOKENS + 1)], []
+    ids, block, slots = (
+        [torch.randint(100, vocab - 100, (DOC_TOKENS + 1,), generator=g)],
+        [torch.zeros(DOC_TOKENS + 1)],
+        [],
+    )
     slots.append(torch.zeros(DOC_TOKENS + 1, dtype=torch.bool))
     for i, (_, budget) in enumerate(FIELDS.values(), start=1):
         ids.append(torch.randint(100, vocab - 100, (HEADER + budget,), generator=g))
@@ -74,17 +96,39 @@ def pip(model, ids, block, slots, route: str = "one-call"):
     pos = torch.arange(ids.shape[1], device=ids.device)[None].expand_as(ids)
     P = DOC_TOKENS + 1
     if route != "split":
-        mask = build_attention_mask(model, "prefix_causal", attn, query_length=ids.shape[1], block_ids=block,
-                                    position_ids=pos)
+        mask = build_attention_mask(
+            model, "prefix_causal", attn, query_length=ids.shape[1], block_ids=block, position_ids=pos
+        )
         extra = {"pip_causal_rows": P} if route == "one-call" else {}
-        return model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=slots, **extra).logits.argmax(-1)
+        return model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=slots, **extra).logits.argmax(
+            -1
+        )
     cache = DynamicCache(config=model.config)
-    model(input_ids=ids[:, :P], attention_mask=attn[:, :P], position_ids=pos[:, :P], cache=cache, use_cache=True,
-          logits_to_keep=1)
-    mask = build_attention_mask(model, "prefix_causal", attn, query_length=ids.shape[1] - P, block_ids=block,
-                                cache=cache, position_ids=pos[:, P:])
-    return model(input_ids=ids[:, P:], attention_mask=mask, position_ids=pos[:, P:], cache=cache, use_cache=True,
-                 logits_to_keep=slots[:, P:]).logits.argmax(-1)
+    model(
+        input_ids=ids[:, :P],
+        attention_mask=attn[:, :P],
+        position_ids=pos[:, :P],
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    mask = build_attention_mask(
+        model,
+        "prefix_causal",
+        attn,
+        query_length=ids.shape[1] - P,
+        block_ids=block,
+        cache=cache,
+        position_ids=pos[:, P:],
+    )
+    return model(
+        input_ids=ids[:, P:],
+        attention_mask=mask,
+        position_ids=pos[:, P:],
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=slots[:, P:],
+    ).logits.argmax(-1)
 
 
 @torch.inference_mode()
@@ -102,9 +146,17 @@ def ar(model, prompt, steps: list[tuple[int, int]]):
     for fed, generated in steps:
         if fed:
             forced = torch.randint(100, 1000, (prompt.shape[0], fed), device=prompt.device)
-            tok = model(input_ids=forced, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1].argmax(-1, keepdim=True)
+            tok = (
+                model(input_ids=forced, cache=cache, use_cache=True, logits_to_keep=1)
+                .logits[:, -1]
+                .argmax(-1, keepdim=True)
+            )
         for _ in range(generated):
-            tok = model(input_ids=tok, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1].argmax(-1, keepdim=True)
+            tok = (
+                model(input_ids=tok, cache=cache, use_cache=True, logits_to_keep=1)
+                .logits[:, -1]
+                .argmax(-1, keepdim=True)
+            )
 
 
 def timed(fn, device, repeats: int) -> tuple[float, float, float]:
@@ -137,9 +189,15 @@ def main(argv=None):
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     g = torch.Generator().manual_seed(0)
     sizes = ["tiny"] if args.tiny else args.sizes.split(",")
-    result = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "dtype": str(dtype),
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "doc_tokens": DOC_TOKENS,
-              "fields": FIELDS, "runs": []}
+    result = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "dtype": str(dtype),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "doc_tokens": DOC_TOKENS,
+        "fields": FIELDS,
+        "runs": [],
+    }
     print({k: v for k, v in result.items() if k != "runs"}, flush=True)
     value_tokens = sum(v for v, _ in FIELDS.values())
     forced_steps = [(HEADER, v + 1) for v, _ in FIELDS.values()]  # header fed, value + end generated
@@ -154,11 +212,14 @@ def main(argv=None):
         for batch in [int(b) for b in args.batch.split(",")]:
             ids, block, slots = pip_inputs(batch, cfg.vocab_size, device, g)
             prompt = ids[:, : DOC_TOKENS + KEY_LIST]
-            methods = {"floor": lambda: floor(model, ids, block, slots), "pip": lambda: pip(model, ids, block, slots),
-                       "pip-mask": lambda: pip(model, ids, block, slots, "mask"),
-                       "pip-split": lambda: pip(model, ids, block, slots, "split"),
-                       "ar-forced": lambda: ar(model, prompt, forced_steps),
-                       "ar-free": lambda: ar(model, prompt, free_steps)}
+            methods = {
+                "floor": lambda: floor(model, ids, block, slots),
+                "pip": lambda: pip(model, ids, block, slots),
+                "pip-mask": lambda: pip(model, ids, block, slots, "mask"),
+                "pip-split": lambda: pip(model, ids, block, slots, "split"),
+                "ar-forced": lambda: ar(model, prompt, forced_steps),
+                "ar-free": lambda: ar(model, prompt, free_steps),
+            }
             rows = {}
             model.set_attn_implementation(PIP_SDPA)  # the same as sdpa for every call but `pip`'s
             # bf16: the two kernels round differently, so near-ties may flip; report the agreement
@@ -168,14 +229,27 @@ def main(argv=None):
                 fn()  # warm-up
                 med, p90, peak = timed(fn, device, args.repeats)
                 rows[name] = dict(median_s_per_doc=med / batch, p90_s_per_doc=p90 / batch, peak_alloc_mb=peak)
-                print(f"  {size} batch {batch} {name:<10} {med / batch * 1000:9.2f} ms/doc  p90 {p90 / batch * 1000:9.2f}"
-                      f"  peak +{peak:.0f} MB", flush=True)
-            ratios = {"speedup_vs_ar_free": rows["ar-free"]["median_s_per_doc"] / rows["pip"]["median_s_per_doc"],
-                      "speedup_vs_ar_forced": rows["ar-forced"]["median_s_per_doc"] / rows["pip"]["median_s_per_doc"],
-                      "floor_ratio": rows["pip"]["median_s_per_doc"] / rows["floor"]["median_s_per_doc"]}
+                print(
+                    f"  {size} batch {batch} {name:<10} {med / batch * 1000:9.2f} ms/doc  p90 {p90 / batch * 1000:9.2f}"
+                    f"  peak +{peak:.0f} MB",
+                    flush=True,
+                )
+            ratios = {
+                "speedup_vs_ar_free": rows["ar-free"]["median_s_per_doc"] / rows["pip"]["median_s_per_doc"],
+                "speedup_vs_ar_forced": rows["ar-forced"]["median_s_per_doc"] / rows["pip"]["median_s_per_doc"],
+                "floor_ratio": rows["pip"]["median_s_per_doc"] / rows["floor"]["median_s_per_doc"],
+            }
             print(f"  {size} batch {batch} ratios " + "  ".join(f"{k} {v:.2f}" for k, v in ratios.items()), flush=True)
-            result["runs"].append(dict(size=size, parameters=params, batch=batch, methods=rows, ratios=ratios,
-                                       pip_agrees_with_pip_mask=same))
+            result["runs"].append(
+                dict(
+                    size=size,
+                    parameters=params,
+                    batch=batch,
+                    methods=rows,
+                    ratios=ratios,
+                    pip_agrees_with_pip_mask=same,
+                )
+            )
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()

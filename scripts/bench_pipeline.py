@@ -63,17 +63,25 @@ def main(argv=None) -> dict:
     files = expand_inputs([args.data])[: args.limit]
     if not files:
         sys.exit(f"no images under {args.data}")
-    options = dict(max_side=args.max_side, det_side=args.det_side, det_limit_type=args.det_limit_type,
-                   use_cls=False if args.no_cls else None, rec_batch=args.rec_batch)
+    options = dict(
+        max_side=args.max_side,
+        det_side=args.det_side,
+        det_limit_type=args.det_limit_type,
+        use_cls=False if args.no_cls else None,
+        rec_batch=args.rec_batch,
+    )
     options = {k: v for k, v in options.items() if v is not None}
     ex = Extractor.from_pretrained(args.model, threads=args.threads)
     schema = KeySchema.parse(args.keys) if args.keys else None
     configure_ocr(ex.ocr, options)
     warm = load_document(files[0], ocr=ex.ocr, threads=args.ocr_threads)  # engine and model loaded, run once
     decode_documents(ex, [warm], schema=schema)
-    print(f"threads: torch={torch.get_num_threads()} ocr={args.ocr_threads} per process, workers={args.workers}, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, cpus={os.cpu_count()}; files: {len(files)}; "
-          f"ocr options: {options or 'rapidocr defaults'}", flush=True)
+    print(
+        f"threads: torch={torch.get_num_threads()} ocr={args.ocr_threads} per process, workers={args.workers}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, cpus={os.cpu_count()}; files: {len(files)}; "
+        f"ocr options: {options or 'rapidocr defaults'}",
+        flush=True,
+    )
 
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -88,31 +96,54 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     window = args.window or 2 * args.batch_size  # the pipeline's windows, so the same batches
     for i in range(0, len(docs), window):
-        decode_documents(ex, docs[i: i + window], schema=schema, batch_size=args.batch_size)
+        decode_documents(ex, docs[i : i + window], schema=schema, batch_size=args.batch_size)
     seconds["model"] = time.perf_counter() - t0
 
     errors = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, workers in (("serial", 0), ("pipelined", args.workers)):
             t0 = time.perf_counter()
-            outcomes = list(extract_files(ex, files, schema=schema, batch_size=args.batch_size, window=args.window,
-                                          workers=workers,
-                                          ocr_threads=args.ocr_threads, ocr_options=options,
-                                          out=Path(tmp) / f"{name}.jsonl", progress=False))
+            outcomes = list(
+                extract_files(
+                    ex,
+                    files,
+                    schema=schema,
+                    batch_size=args.batch_size,
+                    window=args.window,
+                    workers=workers,
+                    ocr_threads=args.ocr_threads,
+                    ocr_options=options,
+                    out=Path(tmp) / f"{name}.jsonl",
+                    progress=False,
+                )
+            )
             seconds[name] = time.perf_counter() - t0
             errors[name] = sum(o.error is not None for o in outcomes)
 
     per_min = {k: round(60 * len(files) / v, 2) for k, v in seconds.items()}
     ideal = max(seconds["ocr"], seconds["model"])
     report = dict(
-        files=len(files), data=str(args.data), model=ex.name, batch_size=args.batch_size, window=args.window,
-        threads=dict(torch=args.threads, ocr_per_process=args.ocr_threads, workers=args.workers,
-                     omp=os.environ.get("OMP_NUM_THREADS"), cpus=os.cpu_count()),
-        ocr_options=options, seconds={k: round(v, 2) for k, v in seconds.items()}, files_per_min=per_min,
+        files=len(files),
+        data=str(args.data),
+        model=ex.name,
+        batch_size=args.batch_size,
+        window=args.window,
+        threads=dict(
+            torch=args.threads,
+            ocr_per_process=args.ocr_threads,
+            workers=args.workers,
+            omp=os.environ.get("OMP_NUM_THREADS"),
+            cpus=os.cpu_count(),
+        ),
+        ocr_options=options,
+        seconds={k: round(v, 2) for k, v in seconds.items()},
+        files_per_min=per_min,
         errors=errors,
-        ratios={"pipelined/serial": round(seconds["serial"] / seconds["pipelined"], 3),
-                "pipelined/ideal": round(ideal / seconds["pipelined"], 3),
-                "ocr share of serial": round(seconds["ocr"] / seconds["serial"], 3)},
+        ratios={
+            "pipelined/serial": round(seconds["serial"] / seconds["pipelined"], 3),
+            "pipelined/ideal": round(ideal / seconds["pipelined"], 3),
+            "ocr share of serial": round(seconds["ocr"] / seconds["serial"], 3),
+        },
     )
     for k, v in per_min.items():
         print(f"{k:>10}: {v:8.2f} files/min  ({seconds[k]:.1f} s)")

@@ -63,8 +63,11 @@ def build_tiny_model(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
-    Settings(keys=["company", "date", "address", "total"], budgets={"company": 8, "date": 6, "address": 12, "total": 5},
-             max_length=1024).save(directory)
+    Settings(
+        keys=["company", "date", "address", "total"],
+        budgets={"company": 8, "date": 6, "address": 12, "total": 5},
+        max_length=1024,
+    ).save(directory)
     return directory
 
 
@@ -91,10 +94,20 @@ def words_payload(path: Path) -> dict:
 
 
 def synthetic_payload(i: int) -> dict:
-    lines = ["ACME TRADING SDN BHD", "NO 7 JALAN MAIN 54200 KUALA LUMPUR", f"DATE 1{i % 10}/03/2019",
-             "ITEM A 2 X 3.50", "ITEM B 1 X 2.90", f"TOTAL RM {9 + i % 7}.90", "THANK YOU"]
-    words = [{"text": t, "box": [50 + 60 * j, 40 + 60 * r, 100 + 60 * j, 80 + 60 * r]}
-             for r, line in enumerate(lines) for j, t in enumerate(line.split())]
+    lines = [
+        "ACME TRADING SDN BHD",
+        "NO 7 JALAN MAIN 54200 KUALA LUMPUR",
+        f"DATE 1{i % 10}/03/2019",
+        "ITEM A 2 X 3.50",
+        "ITEM B 1 X 2.90",
+        f"TOTAL RM {9 + i % 7}.90",
+        "THANK YOU",
+    ]
+    words = [
+        {"text": t, "box": [50 + 60 * j, 40 + 60 * r, 100 + 60 * j, 80 + 60 * r]}
+        for r, line in enumerate(lines)
+        for j, t in enumerate(line.split())
+    ]
     return {"id": f"synthetic{i}", "words": words}
 
 
@@ -117,6 +130,7 @@ def one_line_payload(n: int) -> dict:
 
 def bomb_png(width: int = 12000, height: int = 12000) -> bytes:
     """A valid all-black grey PNG of width x height: a few hundred KB that decode to width*height bytes."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
 
@@ -136,9 +150,26 @@ def free_port() -> int:
 
 
 def start_server(model: str, port: int, args) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pipkie.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--model", model,
-           "--threads", str(args.threads), "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
-           "--timeout", str(args.request_timeout)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipkie.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        model,
+        "--threads",
+        str(args.threads),
+        "--max-batch",
+        str(args.max_batch),
+        "--max-wait-ms",
+        str(args.max_wait_ms),
+        "--timeout",
+        str(args.request_timeout),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     log = tempfile.TemporaryFile(mode="w+")  # not a pipe: a full pipe would block the server
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
@@ -189,8 +220,13 @@ async def client_loop(client, url, docs, offset, n, keys, out, honour_retry_afte
     for i in range(n):
         if stop_at is not None and time.perf_counter() >= stop_at:  # the run's --deadline: send no more
             return
-        r = await post(client, url, out, json={**docs[(offset + i) % len(docs)], "keys": keys},
-                       headers={"X-Request-Timeout": f"{deadline_s:g}"})
+        r = await post(
+            client,
+            url,
+            out,
+            json={**docs[(offset + i) % len(docs)], "keys": keys},
+            headers={"X-Request-Timeout": f"{deadline_s:g}"},
+        )
         if honour_retry_after and r is not None and r.status_code == 503:
             await asyncio.sleep(float(r.headers.get("retry-after", "1")))
 
@@ -210,12 +246,19 @@ def summarize(results: list, total: int, wall: float, deadline_s: float) -> dict
     ms = lambda v: None if v is None else round(v * 1000, 1)  # noqa: E731
     lat = lambda v: {f"p{q}": ms(percentile(v, q)) for q in (50, 90, 99)} | {"max": ms(max(v) if v else None)}  # noqa: E731
     return {
-        "requests": total, "not_sent": not_sent, "succeeded": len(ok), "rejected_503": len(rejected), "failures": dict(failures),
+        "requests": total,
+        "not_sent": not_sent,
+        "succeeded": len(ok),
+        "rejected_503": len(rejected),
+        "failures": dict(failures),
         "failure_examples": sorted({m for s, _, m in results if s not in (200, 503) and m})[:3],
-        "violations": {"success_after_deadline": sum(v > deadline_s for v in ok),
-                       "rejection_after_1s": sum(v > REJECT_WITHIN_S for v in rejected),
-                       "other_failures": sum(failures.values())},
-        "wall_s": round(wall, 2), "goodput_per_s": round(len(ok) / wall, 3) if wall else None,
+        "violations": {
+            "success_after_deadline": sum(v > deadline_s for v in ok),
+            "rejection_after_1s": sum(v > REJECT_WITHIN_S for v in rejected),
+            "other_failures": sum(failures.values()),
+        },
+        "wall_s": round(wall, 2),
+        "goodput_per_s": round(len(ok) / wall, 3) if wall else None,
         "latency_ms": lat(ok) | {"mean": ms(statistics.fmean(ok) if ok else None)},
         "rejection_latency_ms": lat(rejected),
     }
@@ -229,13 +272,32 @@ async def run_load(url: str, args) -> dict:
     async with httpx.AsyncClient(timeout=args.request_timeout + 10, limits=limits) as client:
         t0 = time.perf_counter()
         stop_at = t0 + args.deadline if args.deadline else None  # requests in flight always finish
-        await asyncio.gather(*(client_loop(client, url, docs, c * args.requests, args.requests, keys, results,
-                                           args.honour_retry_after, args.request_timeout, stop_at)
-                               for c in range(args.clients)))
+        await asyncio.gather(
+            *(
+                client_loop(
+                    client,
+                    url,
+                    docs,
+                    c * args.requests,
+                    args.requests,
+                    keys,
+                    results,
+                    args.honour_retry_after,
+                    args.request_timeout,
+                    stop_at,
+                )
+                for c in range(args.clients)
+            )
+        )
         wall = time.perf_counter() - t0
-    return {"url": url, "payload": args.payload, "documents": len(docs), "clients": args.clients,
-            "requests_per_client": args.requests, **summarize(results, args.clients * args.requests, wall,
-                                                               args.request_timeout)}
+    return {
+        "url": url,
+        "payload": args.payload,
+        "documents": len(docs),
+        "clients": args.clients,
+        "requests_per_client": args.requests,
+        **summarize(results, args.clients * args.requests, wall, args.request_timeout),
+    }
 
 
 async def run_soak(url: str, args) -> dict:
@@ -252,17 +314,35 @@ async def run_soak(url: str, args) -> dict:
                 if value is not None:
                     rss.append((round(now, 1), round(value, 1)))
                 next_sample += args.sample_s
-            tasks.append(asyncio.create_task(post(client, url, results, json=docs[i % len(docs)],
-                                                  headers={"X-Request-Timeout": f"{args.request_timeout:g}"})))
+            tasks.append(
+                asyncio.create_task(
+                    post(
+                        client,
+                        url,
+                        results,
+                        json=docs[i % len(docs)],
+                        headers={"X-Request-Timeout": f"{args.request_timeout:g}"},
+                    )
+                )
+            )
             i += 1
             await asyncio.sleep(max(0.0, i / args.rate - (time.perf_counter() - t0)))
         await asyncio.gather(*tasks)
         wall = time.perf_counter() - t0
     after = [v for t, v in rss if t >= args.warmup_s]
     growth = round(100 * (after[-1] - after[0]) / after[0], 2) if len(after) >= 2 else None
-    return {"url": url, "rate_per_s": args.rate, "seconds": args.soak, **summarize(results, i, wall, args.request_timeout),
-            "rss_mb": {"warmup_end": after[0] if after else None, "end": after[-1] if after else None,
-                       "growth_pct_after_warmup": growth, "samples": rss}}
+    return {
+        "url": url,
+        "rate_per_s": args.rate,
+        "seconds": args.soak,
+        **summarize(results, i, wall, args.request_timeout),
+        "rss_mb": {
+            "warmup_end": after[0] if after else None,
+            "end": after[-1] if after else None,
+            "growth_pct_after_warmup": growth,
+            "samples": rss,
+        },
+    }
 
 
 async def run_probes(url: str, args) -> dict:
@@ -273,46 +353,69 @@ async def run_probes(url: str, args) -> dict:
         first, behind = [], []
         long_req = asyncio.create_task(post(client, url, first, json=one_line_payload(6000)))
         await asyncio.sleep(0.05)
-        three_lines = [{"text": t, "box": [100 + 200 * j, 100 + 100 * r, 180 + 200 * j, 130 + 100 * r]}
-                       for r, line in enumerate(["ACME TRADING", "DATE 12/03/2019", "TOTAL 9.90"])
-                       for j, t in enumerate(line.split())]
+        three_lines = [
+            {"text": t, "box": [100 + 200 * j, 100 + 100 * r, 180 + 200 * j, 130 + 100 * r]}
+            for r, line in enumerate(["ACME TRADING", "DATE 12/03/2019", "TOTAL 9.90"])
+            for j, t in enumerate(line.split())
+        ]
         await post(client, url, behind, json={"id": "three-lines", "words": three_lines})
         await long_req
         out["line_6000_words"] = {"status": first[0][0], "seconds": round(first[0][1], 2)}
         out["request_behind_it"] = {"status": behind[0][0], "seconds": round(behind[0][1], 2), "bound_s": 8}
         bomb, res = bomb_png(), []
         await post(client, url, res, files={"file": ("bomb.png", bomb, "image/png")})
-        out["png_12000x12000"] = {"bytes": len(bomb), "status": res[0][0], "seconds": round(res[0][1], 2),
-                                  "detail": res[0][2], "bound_s": 3}
+        out["png_12000x12000"] = {
+            "bytes": len(bomb),
+            "status": res[0][0],
+            "seconds": round(res[0][1], 2),
+            "detail": res[0][2],
+            "bound_s": 3,
+        }
     uploads: list = []
     image = SAMPLE.read_bytes()
     async with httpx.AsyncClient(timeout=20, limits=httpx.Limits(max_connections=30)) as client:
-        await asyncio.gather(*(post(client, url, uploads, files={"file": ("receipt.jpg", image, "image/jpeg")})
-                               for _ in range(30)))
+        await asyncio.gather(
+            *(post(client, url, uploads, files={"file": ("receipt.jpg", image, "image/jpeg")}) for _ in range(30))
+        )
     counts = Counter(str(s) for s, _, _ in uploads)
-    out["uploads_30_timeout_20s"] = {"statuses": dict(counts), "timed_out": sum(not isinstance(s, int) for s, _, _ in uploads),
-                                     **{k: v for k, v in summarize(uploads, 30, 0, 20).items()
-                                        if k in ("violations", "latency_ms", "rejection_latency_ms")}}
+    out["uploads_30_timeout_20s"] = {
+        "statuses": dict(counts),
+        "timed_out": sum(not isinstance(s, int) for s, _, _ in uploads),
+        **{
+            k: v
+            for k, v in summarize(uploads, 30, 0, 20).items()
+            if k in ("violations", "latency_ms", "rejection_latency_ms")
+        },
+    }
     return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", help="an already running server (default: start one on a free port)")
-    ap.add_argument("--model", help="model directory for the server started here (default: models/pipkie, "
-                                    "else a tiny random model)")
+    ap.add_argument(
+        "--model", help="model directory for the server started here (default: models/pipkie, else a tiny random model)"
+    )
     ap.add_argument("--tiny", action="store_true", help="use a tiny random model even if the shipped one exists")
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--requests", type=int, default=10, help="requests per client, one after the other")
     ap.add_argument("--documents", type=int, default=20, help="distinct documents cycled through")
     ap.add_argument("--payload", choices=("words", "text"), default="words")
     ap.add_argument("--keys", default=None, help="comma-separated keys (default: the model's)")
-    ap.add_argument("--deadline", type=float, default=None,
-                    help="start no request after this many seconds (default: every request is sent; a request "
-                         "in flight always gets its answer or its client timeout)")
-    ap.add_argument("--request-timeout", type=float, default=None,
-                    help="each request's deadline, the started server's --timeout (default 60; probes: the "
-                         "server's own default, 15, as a client that sends no X-Request-Timeout gets)")
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="start no request after this many seconds (default: every request is sent; a request "
+        "in flight always gets its answer or its client timeout)",
+    )
+    ap.add_argument(
+        "--request-timeout",
+        type=float,
+        default=None,
+        help="each request's deadline, the started server's --timeout (default 60; probes: the "
+        "server's own default, 15, as a client that sends no X-Request-Timeout gets)",
+    )
     ap.add_argument("--honour-retry-after", action="store_true", help="a refused client waits Retry-After first")
     ap.add_argument("--soak", type=float, default=0, help="soak for this many seconds instead of the load run")
     ap.add_argument("--rate", type=float, default=0.3, help="soak: requests per second")
@@ -346,8 +449,12 @@ def main(argv=None) -> int:
         summary = asyncio.run(runner(url, args))
         batching = httpx.get(f"{url}/health", timeout=10).json().get("batching", {})
         calls = batching.get("model_calls") or 0
-        summary["server"] = {"model": health.get("model"), "limits": health.get("limits"), "batching": batching,
-                             "documents_per_model_call": round(batching.get("documents", 0) / calls, 2) if calls else None}
+        summary["server"] = {
+            "model": health.get("model"),
+            "limits": health.get("limits"),
+            "batching": batching,
+            "documents_per_model_call": round(batching.get("documents", 0) / calls, 2) if calls else None,
+        }
         print(json.dumps(summary, indent=2))
         if args.json_path:
             Path(args.json_path).write_text(json.dumps(summary, indent=2) + "\n")

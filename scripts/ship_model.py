@@ -20,8 +20,15 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 WEIGHTS = {"adapter_model.safetensors", "model.safetensors", "copy_head.safetensors"}
-KEEP = WEIGHTS | {"adapter_config.json", "config.json", "generation_config.json", "tokenizer.json",
-                  "tokenizer_config.json", "pipkie.json", "headfit.json"}
+KEEP = WEIGHTS | {
+    "adapter_config.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "pipkie.json",
+    "headfit.json",
+}
 LIMIT_MB = 60
 
 
@@ -41,8 +48,11 @@ def main() -> None:
             with safe_open(f, "pt") as handle:
                 metadata = handle.metadata() or {}  # e.g. the copy head's sizes
             tensors = load_file(f)
-            save_file({k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()},
-                      args.dst / f.name, metadata={"format": "pt", **metadata})
+            save_file(
+                {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()},
+                args.dst / f.name,
+                metadata={"format": "pt", **metadata},
+            )
         else:
             shutil.copy2(f, args.dst / f.name)
     if args.ar_baseline:

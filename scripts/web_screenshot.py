@@ -51,13 +51,17 @@ def main(argv=None) -> int:
             browser.get(server.url + "/")
             browser.find_element("id", "file").send_keys(str(Path(args.document).resolve()))
             WebDriverWait(browser, 300).until(
-                lambda b: b.find_element("tag name", "body").get_attribute("data-state") in ("done", "error"))
+                lambda b: b.find_element("tag name", "body").get_attribute("data-state") in ("done", "error")
+            )
             if browser.find_element("tag name", "body").get_attribute("data-state") == "error":
                 print("the service refused it:", browser.find_element("id", "error").text, file=sys.stderr)
                 return 1
             for row in browser.find_elements("css selector", "#fields tbody tr"):
-                print(row.get_attribute("data-key"), repr(row.find_element("css selector", ".value").get_attribute("value")),
-                      row.find_element("css selector", ".pct").text)
+                print(
+                    row.get_attribute("data-key"),
+                    repr(row.find_element("css selector", ".value").get_attribute("value")),
+                    row.find_element("css selector", ".pct").text,
+                )
             for edit in args.edit:
                 key, _, value = edit.partition("=")
                 box = browser.find_element("css selector", f'#fields tbody tr[data-key="{key}"] .value')

@@ -56,12 +56,22 @@ def chrome(binary: str, driver: str, download_dir: Path, size: tuple[int, int] =
     os.environ.setdefault("SE_OFFLINE", "true")  # selenium must not try to fetch a driver of its own
     opts = webdriver.ChromeOptions()
     opts.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--hide-scrollbars",
-                f"--window-size={size[0]},{size[1]}", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-                "--disable-background-networking", "--no-first-run", "--lang=en-US"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--window-size={size[0]},{size[1]}",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+        "--disable-background-networking",
+        "--no-first-run",
+        "--lang=en-US",
+    ):
         opts.add_argument(arg)
-    opts.add_experimental_option("prefs", {"download.default_directory": str(download_dir),
-                                           "download.prompt_for_download": False})
+    opts.add_experimental_option(
+        "prefs", {"download.default_directory": str(download_dir), "download.prompt_for_download": False}
+    )
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     browser = webdriver.Chrome(options=opts, service=Service(executable_path=driver))
     browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(download_dir)})

@@ -19,14 +19,18 @@ torch.set_num_threads(1)
 
 SHARED = Path(os.environ.get("PIPKIE_SHARED_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 
-WORDS = ("apple berry cedar delta ember frost grove harbor island jade kite lemon maple north ocean pearl quartz "
-         "river stone tiger umber violet willow xenon yarrow zephyr").split()
+WORDS = (
+    "apple berry cedar delta ember frost grove harbor island jade kite lemon maple north ocean pearl quartz "
+    "river stone tiger umber violet willow xenon yarrow zephyr"
+).split()
 
 
 def corpus(n: int = 200, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(12)) + f" {rng.randint(0, 9999)}/{rng.randint(1, 12)}"
-            for _ in range(n)]
+    return [
+        " ".join(rng.choice(WORDS) for _ in range(12)) + f" {rng.randint(0, 9999)}/{rng.randint(1, 12)}"
+        for _ in range(n)
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -34,8 +38,11 @@ def tokenizer():
     from pipkie.model.template import SPECIAL_TOKENS
     from pipkie.train.tokenizer import train_tokenizer
 
-    return train_tokenizer(corpus() + ["company date total address name city code amount unknown : \n"],
-                           vocab_size=400, special=list(SPECIAL_TOKENS))
+    return train_tokenizer(
+        corpus() + ["company date total address name city code amount unknown : \n"],
+        vocab_size=400,
+        special=list(SPECIAL_TOKENS),
+    )
 
 
 def tiny_model(tokenizer, arch: str = "qwen2", attn: str = "sdpa", seed: int = 0, slot_tokens: int = 0, **kw):

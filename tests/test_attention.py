@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from pipkie.decoding.pip import _block_ids, _slot_mask, encode_document, pip_decode_cached, pip_forward
-from pipkie.schema import KeySchema
 from pipkie.model.template import TemplateBuilder
+from pipkie.schema import KeySchema
 from tests.conftest import tiny_model
 
 DOC = "apple berry cedar\ndelta 12/3 ember\nfrost grove 9/1"
@@ -56,10 +56,10 @@ def test_prefix_causal_prefix_never_sees_the_future(tokenizer, arch):
     base = _logits_all(model, ids, enc, "prefix_causal")
     for i in (3, enc.prefix_len // 2, enc.prefix_len - 2):
         changed = ids.clone()
-        changed[0, i + 1:] = torch.randint(5, 300, (ids.shape[1] - i - 1,))
+        changed[0, i + 1 :] = torch.randint(5, 300, (ids.shape[1] - i - 1,))
         out = _logits_all(model, changed, enc, "prefix_causal")
         assert (out[: i + 1] - base[: i + 1]).abs().max() < 1e-5
-        assert (out[i + 1:] - base[i + 1:]).abs().max() > 1e-4  # and the change did reach later positions
+        assert (out[i + 1 :] - base[i + 1 :]).abs().max() > 1e-4  # and the change did reach later positions
 
 
 def test_full_prefix_does_see_the_future(tokenizer):
@@ -82,8 +82,14 @@ def test_cached_document_equals_uncached(tokenizer, arch):
         cached = pip_decode_cached(model, b, doc, schema, return_logits=True)
         enc = b.pip(DOC, schema)
         ids = torch.tensor([enc.input_ids])
-        full = pip_forward(model, ids, torch.ones_like(ids), _block_ids([enc], ids.shape[1]),
-                           _slot_mask([enc], ids.shape[1]), pattern="prefix_causal")
+        full = pip_forward(
+            model,
+            ids,
+            torch.ones_like(ids),
+            _block_ids([enc], ids.shape[1]),
+            _slot_mask([enc], ids.shape[1]),
+            pattern="prefix_causal",
+        )
         diff = (cached - full).abs().max().item()
         print(f"{arch} {keys}: max |cached - uncached| = {diff:.2e}")
         assert diff < 1e-4
@@ -97,8 +103,14 @@ def test_packed_blocks_are_isolated(tokenizer):
     model = tiny_model(tokenizer)
     block = torch.tensor([[0, 0, 0, 1, 1, 2, 2]])
     attn = torch.ones_like(block)
-    m = build_attention_mask(model, "prefix_causal", attn, query_length=7, block_ids=block,
-                             position_ids=torch.tensor([[0, 1, 2, 3, 4, 3, 4]]))
+    m = build_attention_mask(
+        model,
+        "prefix_causal",
+        attn,
+        query_length=7,
+        block_ids=block,
+        position_ids=torch.tensor([[0, 1, 2, 3, 4, 3, 4]]),
+    )
     m = m[0, 0] if m.dtype == torch.bool else m[0, 0] == 0
     assert m[3, 4] and m[4, 3] and m[3, 0]  # bidirectional in block 1, sees the prefix
     assert not m[5, 3] and not m[5, 4] and m[5, 6] and m[6, 5]  # block 2 blind to block 1
@@ -122,17 +134,26 @@ def test_index_mask_equals_transformers_vmap_path(tokenizer, attn, pattern, cach
     past, cache = 0, None
     if cached:
         past, cache = 4, DynamicCache(config=model.config)
-        kv = torch.zeros(2, model.config.num_key_value_heads, past, model.config.hidden_size // model.config.num_attention_heads)
+        kv = torch.zeros(
+            2, model.config.num_key_value_heads, past, model.config.hidden_size // model.config.num_attention_heads
+        )
         for layer in range(model.config.num_hidden_layers):
             cache.update(kv, kv, layer)
     q = attn_mask.shape[1] - past
     pos = torch.arange(past, past + q)[None].expand(2, -1)
-    ours = build_attention_mask(model, pattern, attn_mask, query_length=q, block_ids=block, cache=cache, position_ids=pos)
-    ref = create_causal_mask(config=model.config, inputs_embeds=torch.empty(2, q, 1, dtype=model.dtype),
-                             attention_mask=attn_mask, cache=cache, position_ids=pos,
-                             or_mask_function=extra_pattern(pattern, block),
-                             and_mask_function=isolated_template_blocks(block) if pattern != "full" else None,
-                             allow_is_causal_skip=False)
+    ours = build_attention_mask(
+        model, pattern, attn_mask, query_length=q, block_ids=block, cache=cache, position_ids=pos
+    )
+    ref = create_causal_mask(
+        config=model.config,
+        inputs_embeds=torch.empty(2, q, 1, dtype=model.dtype),
+        attention_mask=attn_mask,
+        cache=cache,
+        position_ids=pos,
+        or_mask_function=extra_pattern(pattern, block),
+        and_mask_function=isolated_template_blocks(block) if pattern != "full" else None,
+        allow_is_causal_skip=False,
+    )
     assert ours.shape == ref.shape == (2, 1, q, attn_mask.shape[1])
     assert torch.equal(ours, ref)
 
@@ -140,11 +161,11 @@ def test_index_mask_equals_transformers_vmap_path(tokenizer, attn, pattern, cach
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 @pytest.mark.parametrize("field_blocks", [False, True])
 def test_pip_sdpa_runs_the_prefix_on_the_causal_kernel_with_the_same_result(tokenizer, arch, field_blocks, monkeypatch):
-    """"pipkie_sdpa" splits a PIP pass: prefix rows on sdpa's causal kernel, template rows through
+    """ "pipkie_sdpa" splits a PIP pass: prefix rows on sdpa's causal kernel, template rows through
     their slice of the mask. Same hidden states as sdpa with the whole explicit mask; with left
     padding in the batch it falls back to the mask (and still agrees)."""
-    from pipkie.model.attention import PIP_SDPA, causal_rows, enable_pip_attention
     from pipkie.decoding.pip import OnePass
+    from pipkie.model.attention import PIP_SDPA, causal_rows, enable_pip_attention
 
     model = tiny_model(tokenizer, arch)
     b = TemplateBuilder(tokenizer, max_length=128, default_budget=4, field_blocks=field_blocks)
@@ -167,7 +188,14 @@ def test_pip_sdpa_runs_the_prefix_on_the_causal_kernel_with_the_same_result(toke
         assert causal_rows(model, "prefix_causal", one.attn, one.block) == short.prefix_len
         h1 = one._hidden(one.ids)[0]
         layers = model.config.num_hidden_layers
-        assert calls == [(short.prefix_len, short.prefix_len, True), (len(short.input_ids) - short.prefix_len, len(short.input_ids), False)] * layers
+        assert (
+            calls
+            == [
+                (short.prefix_len, short.prefix_len, True),
+                (len(short.input_ids) - short.prefix_len, len(short.input_ids), False),
+            ]
+            * layers
+        )
         assert (h1 - ref[0]).abs().max() < 1e-5
         calls.clear()
         two = OnePass(model, b, [short, long], pattern="prefix_causal")

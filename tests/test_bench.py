@@ -1,7 +1,6 @@
 """The benchmark runs every method side by side and computes its ratios (timings never asserted)."""
 
 import json
-import statistics
 import time
 
 import pytest
@@ -13,9 +12,18 @@ from tests.test_extract import AR_BASELINE, BUDGETS, tiny_model_dir  # noqa: F40
 
 def test_bench_reports_every_method_and_ratio(tiny_model_dir, shared_data, tmp_path):  # noqa: F811
     out = tmp_path / "bench.json"
-    result = bench(model_path=str(tiny_model_dir), dataset="sroie", data_dir=str(shared_data / "sroie"),
-                   batch_sizes=(1, 2), limit=2, threads=1, sweeps=False, json_path=str(out),
-                   plot_dir=str(tmp_path / "plots"), log=lambda *a: None)
+    result = bench(
+        model_path=str(tiny_model_dir),
+        dataset="sroie",
+        data_dir=str(shared_data / "sroie"),
+        batch_sizes=(1, 2),
+        limit=2,
+        threads=1,
+        sweeps=False,
+        json_path=str(out),
+        plot_dir=str(tmp_path / "plots"),
+        log=lambda *a: None,
+    )
     env = json.loads(out.read_text())["env"]
     assert env["threads"] == 1 and env["ar_model"] == str((tiny_model_dir / AR_BASELINE).resolve())
     for bs in ("1", "2"):
@@ -23,8 +31,13 @@ def test_bench_reports_every_method_and_ratio(tiny_model_dir, shared_data, tmp_p
         assert set(rows) == {"floor", "pip", "pip-refine1", "pip-refine2", "ar-forced", "ar-free"}
         assert all(r["median_s"] > 0 for r in rows.values()) and rows["floor"]["tokens"] == 0
         assert 0 <= rows["pip"]["anls"] <= 1
-        assert set(result["batches"][bs]["ratios"]) >= {"speedup_vs_ar-forced", "speedup_vs_ar-free", "floor_ratio",
-                                                         "floor_ratio_paired", "memory_vs_ar-free"}
+        assert set(result["batches"][bs]["ratios"]) >= {
+            "speedup_vs_ar-forced",
+            "speedup_vs_ar-free",
+            "floor_ratio",
+            "floor_ratio_paired",
+            "memory_vs_ar-free",
+        }
         assert rows["pip"]["footprint_mb"] > rows["pip"]["peak_rss_mb"] >= 0  # weights + working memory
     assert "| 1 | pip |" in markdown_table(result)
     assert (tmp_path / "plots" / "bench.md").exists()
@@ -64,8 +77,16 @@ def test_ratios_and_tokens_per_second_match_independently_timed_regions(tiny_mod
     monkeypatch.setattr("pipkie.decoding.pip.pip_decode", fake_pip)
     monkeypatch.setattr("pipkie.decoding.ar.ar_decode", fake_ar)
     monkeypatch.setattr(B, "floor_pass", lambda model, builder, texts, schema: spend("floor", texts))
-    result = bench(model_path=str(tiny_model_dir), dataset="sroie", data_dir=str(shared_data / "sroie"),
-                   batch_sizes=(1, 2), limit=4, threads=1, sweeps=False, log=lambda *a: None)
+    result = bench(
+        model_path=str(tiny_model_dir),
+        dataset="sroie",
+        data_dir=str(shared_data / "sroie"),
+        batch_sizes=(1, 2),
+        limit=4,
+        threads=1,
+        sweeps=False,
+        log=lambda *a: None,
+    )
     _, tok, settings = B.load_model(tiny_model_dir)
     b = B.builder_for(tok, settings)
     per_doc = sum(len(b._ids(" " + v)) for v in VALUES.values() if v)  # value tokens of one document
@@ -98,16 +119,40 @@ def test_bench_without_an_ar_baseline_is_a_clear_error(tmp_path, shared_data):
     from tests.test_extract import build_tiny_model
 
     solo = build_tiny_model(tmp_path / "solo", ar_baseline=None)
-    kw = dict(model_path=str(solo), dataset="sroie", data_dir=str(shared_data / "sroie"), batch_sizes=(1,), limit=1,
-              threads=1, sweeps=False, log=lambda *a: None)
+    kw = dict(
+        model_path=str(solo),
+        dataset="sroie",
+        data_dir=str(shared_data / "sroie"),
+        batch_sizes=(1,),
+        limit=1,
+        threads=1,
+        sweeps=False,
+        log=lambda *a: None,
+    )
     with pytest.raises(NoARBaseline, match="no AR baseline"):
         bench(**kw, methods=("pip", "ar-forced"))
     assert set(bench(**kw, methods=("pip",))["batches"]["1"]["methods"]) == {"floor", "pip"}  # PIP alone: fine
-    res = CliRunner().invoke(app, ["bench", "--data-dir", str(shared_data / "sroie"), "--model", str(solo),
-                                   "--limit", "1", "--batch", "1", "--no-sweeps", "--methods", "pip,ar-free"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--data-dir",
+            str(shared_data / "sroie"),
+            "--model",
+            str(solo),
+            "--limit",
+            "1",
+            "--batch",
+            "1",
+            "--no-sweeps",
+            "--methods",
+            "pip,ar-free",
+        ],
+    )
     assert res.exit_code == 2 and "no AR baseline" in res.stderr and "Traceback" not in res.output
-    res = CliRunner().invoke(app, ["bench", "--data-dir", str(shared_data / "sroie"), "--model", str(solo),
-                                   "--methods", "pip,beam"])
+    res = CliRunner().invoke(
+        app, ["bench", "--data-dir", str(shared_data / "sroie"), "--model", str(solo), "--methods", "pip,beam"]
+    )
     assert res.exit_code == 2 and "methods must be among" in res.output
 
 
@@ -124,8 +169,18 @@ def test_repeats_keep_each_methods_fastest_time(tiny_model_dir, shared_data, mon
         return [0.5, 0.3, 0.1, 0.2][(k - 1) % 4 if k == 1 else 1 + (k - 2) % 3], preds, n, mb
 
     monkeypatch.setattr(B, "_measure", scripted)
-    result = bench(model_path=str(tiny_model_dir), dataset="sroie", data_dir=str(shared_data / "sroie"), batch_sizes=(1,),
-                   limit=2, threads=1, repeats=3, sweeps=False, methods=("pip", "ar-free"), log=lambda *a: None)
+    result = bench(
+        model_path=str(tiny_model_dir),
+        dataset="sroie",
+        data_dir=str(shared_data / "sroie"),
+        batch_sizes=(1,),
+        limit=2,
+        threads=1,
+        repeats=3,
+        sweeps=False,
+        methods=("pip", "ar-free"),
+        log=lambda *a: None,
+    )
     assert len(calls) == 3 * (1 + 2 * 3)  # (floor, pip, ar-free) x (warm-up + 2 documents x 3 repeats)
     assert all(result["batches"]["1"]["raw"][name]["times"] == [0.1, 0.1] for name in ("floor", "pip", "ar-free"))
     assert result["env"]["repeats"] == 3
@@ -136,8 +191,16 @@ def test_sweeps_plot(tiny_model_dir, tmp_path):  # noqa: F811
     from pipkie.model.modeling import builder_for, load_model
 
     model, tok, settings = load_model(tiny_model_dir)
-    sweeps = run_sweeps(model, builder_for(tok, settings), settings.pattern, (1,), keys=(1, 2), lengths=(2, 4),
-                        repeats=1, log=lambda *a: None)
+    sweeps = run_sweeps(
+        model,
+        builder_for(tok, settings),
+        settings.pattern,
+        (1,),
+        keys=(1, 2),
+        lengths=(2, 4),
+        repeats=1,
+        log=lambda *a: None,
+    )
     assert [p["x"] for p in sweeps["keys"]["1"]] == [1, 2]
     result = {"env": {"threads": 1, "parameters": 1e6, "documents": 0}, "batches": {}, "sweeps": sweeps}
     paths = plot(result, str(tmp_path))
@@ -150,8 +213,17 @@ class Killed(Exception):
 
 def test_a_killed_bench_resumes_where_it_stopped(tiny_model_dir, shared_data, tmp_path):  # noqa: F811
     out = tmp_path / "bench.json"
-    kw = dict(model_path=str(tiny_model_dir), dataset="sroie", data_dir=str(shared_data / "sroie"), batch_sizes=(1,),
-              limit=3, threads=1, sweeps=False, json_path=str(out), methods=("pip", "ar-forced"))
+    kw = dict(
+        model_path=str(tiny_model_dir),
+        dataset="sroie",
+        data_dir=str(shared_data / "sroie"),
+        batch_sizes=(1,),
+        limit=3,
+        threads=1,
+        sweeps=False,
+        json_path=str(out),
+        methods=("pip", "ar-forced"),
+    )
 
     def dies_after_the_first_batch(msg):
         if "1/3 batches" in msg:

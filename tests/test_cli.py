@@ -29,18 +29,35 @@ def json_lines(text: str) -> list[dict]:
 
 def words_file(tmp_path: Path, name="words.json") -> Path:
     p = tmp_path / name
-    p.write_text(json.dumps({"words": [{"text": "ACME", "box": [100, 50, 300, 80]},
-                                       {"text": "TOTAL", "box": [100, 800, 200, 820]},
-                                       {"text": "9.90", "box": [700, 800, 780, 820]}],
-                             "page_sizes": [[1000, 1000]]}))
+    p.write_text(
+        json.dumps(
+            {
+                "words": [
+                    {"text": "ACME", "box": [100, 50, 300, 80]},
+                    {"text": "TOTAL", "box": [100, 800, 200, 820]},
+                    {"text": "9.90", "box": [700, 800, 780, 820]},
+                ],
+                "page_sizes": [[1000, 1000]],
+            }
+        )
+    )
     return p
 
 
 def test_good_and_bad_files(tiny_model_dir, tmp_path):
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
-    res = run("extract", SAMPLE, bad, tmp_path / "missing.pdf", words_file(tmp_path), "--model", tiny_model_dir,
-              "--keys", "company,total")
+    res = run(
+        "extract",
+        SAMPLE,
+        bad,
+        tmp_path / "missing.pdf",
+        words_file(tmp_path),
+        "--model",
+        tiny_model_dir,
+        "--keys",
+        "company,total",
+    )
     assert res.exit_code == 1
     out = json_lines(res.stdout)
     assert [d["document"] for d in out] == ["receipt", "words"]  # input order, bad files skipped
@@ -52,8 +69,9 @@ def test_good_and_bad_files(tiny_model_dir, tmp_path):
 
 def test_pretty_json_schema_file_and_env_model(tiny_model_dir, tmp_path):
     schema = tmp_path / "schema.json"
-    schema.write_text(json.dumps({"type": "object", "properties": {"total": {"type": "string"},
-                                                                   "vendor": {"type": "string"}}}))
+    schema.write_text(
+        json.dumps({"type": "object", "properties": {"total": {"type": "string"}, "vendor": {"type": "string"}}})
+    )
     text = tmp_path / "note.txt"
     text.write_text("Vendor Acme\nTotal 9.90\n")
     res = run("extract", text, "--schema", schema, "--json", env={"PIPKIE_MODEL": str(tiny_model_dir)})
@@ -65,7 +83,9 @@ def test_pretty_json_schema_file_and_env_model(tiny_model_dir, tmp_path):
 
 @needs_sroie
 def test_draw_boxes_on_the_page(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr("pipkie.decoding.pip.pip_decode", answering({"company": "PETRODELI ENTERPRISE", "total": "85.54"}))
+    monkeypatch.setattr(
+        "pipkie.decoding.pip.pip_decode", answering({"company": "PETRODELI ENTERPRISE", "total": "85.54"})
+    )
     out = tmp_path / "boxes.png"
     res = run("extract", BOX_FILE, "--model", tiny_model_dir, "--draw", out, "--decode", "pip")
     assert res.exit_code == 0, res.output
@@ -122,8 +142,13 @@ def test_subprocess_exit_code_and_streams(tiny_model_dir, tmp_path):
     bad = tmp_path / "bad.pdf"
     bad.write_bytes(b"nothing")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PIPKIE_MODEL": str(tiny_model_dir)}
-    proc = subprocess.run([sys.executable, "-m", "pipkie.cli", "extract", str(words_file(tmp_path)), str(bad)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipkie.cli", "extract", str(words_file(tmp_path)), str(bad)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 1
     assert [d["document"] for d in json_lines(proc.stdout)] == ["words"]
     assert "bad.pdf" in proc.stderr and "Traceback" not in proc.stderr

@@ -6,10 +6,10 @@ import random
 import pytest
 import torch
 
-from pipkie.model.copyhead import CopyHead, FieldSpan, attach, field_nll, field_probs, get_head
 from pipkie.decoding.pip import encode_document, pip_decode, pip_decode_cached
-from pipkie.schema import KeySchema
+from pipkie.model.copyhead import CopyHead, FieldSpan, attach, field_nll, field_probs, get_head
 from pipkie.model.template import TemplateBuilder
+from pipkie.schema import KeySchema
 from pipkie.train.config import TrainConfig
 from pipkie.train.instances import collate, kv_instance, random_schemas
 from pipkie.train.loop import loss_on_batch, train
@@ -20,7 +20,9 @@ SCHEMA = KeySchema.parse("company,date,total")
 
 
 def builder(tokenizer, **kw):
-    return TemplateBuilder(tokenizer, max_length=160, default_budget=6, slot_tokens=6, field_blocks=True, copy=True, **kw)
+    return TemplateBuilder(
+        tokenizer, max_length=160, default_budget=6, slot_tokens=6, field_blocks=True, copy=True, **kw
+    )
 
 
 @pytest.fixture
@@ -37,15 +39,21 @@ def test_copy_stream_makes_a_multiline_value_contiguous(tokenizer):
     start, end = b.document_span(enc.prefix_len)
     stream = [enc.input_ids[p] for p in b.copy_stream(enc.input_ids, start, end)]
     value = b.value_ids("berry cedar delta", 10)  # spans two lines
-    assert any(stream[i: i + len(value)] == value for i in range(len(stream)))
+    assert any(stream[i : i + len(value)] == value for i in range(len(stream)))
     assert not set(stream) & b.newline_ids
 
 
 def _span(b, enc, f, targets=None):
     start, end = b.document_span(enc.prefix_len)
     stream = torch.tensor(b.copy_stream(enc.input_ids, start, end))
-    return FieldSpan(0, torch.arange(f.start, f.start + f.length), stream, torch.tensor(enc.input_ids)[stream],
-                     b.end_id, None if targets is None else torch.tensor(targets))
+    return FieldSpan(
+        0,
+        torch.arange(f.start, f.start + f.length),
+        stream,
+        torch.tensor(enc.input_ids)[stream],
+        b.end_id,
+        None if targets is None else torch.tensor(targets),
+    )
 
 
 def test_mixture_is_a_distribution_and_matches_the_loss(setup):
@@ -55,11 +63,11 @@ def test_mixture_is_a_distribution_and_matches_the_loss(setup):
     out = model(input_ids=torch.tensor([enc.input_ids]), output_hidden_states=True)
     hidden, logits = out.hidden_states[-1], out.logits[0]
     for f in enc.fields:
-        targets = enc.targets[f.start: f.start + f.length]
+        targets = enc.targets[f.start : f.start + f.length]
         span = _span(b, enc, f, targets)
-        probs = field_probs(head, hidden, logits[f.start: f.start + f.length], span)
+        probs = field_probs(head, hidden, logits[f.start : f.start + f.length], span)
         assert torch.allclose(probs.sum(-1), torch.ones(f.length), atol=1e-5)
-        nll = field_nll(head, hidden, logits[f.start: f.start + f.length], span)
+        nll = field_nll(head, hidden, logits[f.start : f.start + f.length], span)
         expected = -probs.gather(-1, torch.tensor(targets)[:, None]).squeeze(-1).log()
         assert torch.allclose(nll, expected, atol=1e-5)
     # the final hidden state is the LM head's input (so the head sees what the LM head sees)
@@ -77,7 +85,7 @@ def test_copy_puts_mass_on_document_tokens(setup):
     out = model(input_ids=torch.tensor([enc.input_ids]), output_hidden_states=True)
     f = enc.fields[0]
     span = _span(b, enc, f)
-    probs = field_probs(head, out.hidden_states[-1], out.logits[0, f.start: f.start + f.length], span)
+    probs = field_probs(head, out.hidden_states[-1], out.logits[0, f.start : f.start + f.length], span)
     for j in range(f.length):
         allowed = set(span.stream_ids[j:].tolist()) | {b.end_id}
         assert set((probs[j] > 1e-9).nonzero()[:, 0].tolist()) <= allowed
@@ -136,14 +144,19 @@ def test_a_head_saved_without_the_length_prior_loads_with_a_flat_one(tmp_path):
     save_file(old, str(tmp_path / "copy_head.safetensors"), metadata={"hidden": "32", "dim": "8"})
     back = CopyHead.load(tmp_path)
     assert torch.equal(back.length.weight, torch.zeros_like(back.length.weight))
-    save_file({k: v for k, v in old.items() if k != "gate.bias"}, str(tmp_path / "copy_head.safetensors"),
-              metadata={"hidden": "32", "dim": "8"})
+    save_file(
+        {k: v for k, v in old.items() if k != "gate.bias"},
+        str(tmp_path / "copy_head.safetensors"),
+        metadata={"hidden": "32", "dim": "8"},
+    )
     with pytest.raises(ValueError, match="gate.bias"):
         CopyHead.load(tmp_path)
 
 
-@pytest.mark.parametrize("start, expected", [(0, [0, 0, 0, 1, 1, 1]), (12, [0, 0, 0, 1, 1, 1]),
-                                             (18, [0, 0.5, 1, 1, 1, 1]), (19, [0, 1, 1, 1, 1, 1])])
+@pytest.mark.parametrize(
+    "start, expected",
+    [(0, [0, 0, 0, 1, 1, 1]), (12, [0, 0, 0, 1, 1, 1]), (18, [0, 0.5, 1, 1, 1, 1]), (19, [0, 1, 1, 1, 1, 1])],
+)
 def test_the_length_prior_stops_a_value(start, expected):
     """past_j = P(value length <= j | start): with flat end scores and a prior on length 3, slots 0-2
     are inside the value and later slots past its end, wherever it starts; near the end of the
@@ -195,8 +208,17 @@ def test_tiny_model_learns_to_copy_values_it_never_saw(tokenizer, tmp_path):
 
     batch = make_batch(0)
     assert "copy_fields" in batch and float(loss_on_batch(model, batch, "prefix_causal")) > 0
-    cfg = TrainConfig(output_dir=str(tmp_path), steps=250, batch_size=8, lr=3e-3, warmup=10, threads=1, bf16=False,
-                      checkpoint_every=1000, lora_r=0)
+    cfg = TrainConfig(
+        output_dir=str(tmp_path),
+        steps=250,
+        batch_size=8,
+        lr=3e-3,
+        warmup=10,
+        threads=1,
+        bf16=False,
+        checkpoint_every=1000,
+        lora_r=0,
+    )
     train(cfg, model, make_batch, save=lambda p: None, pattern="prefix_causal")
     rng = random.Random(10_000)
     docs = [make_doc(rng) for _ in range(20)]
@@ -219,7 +241,7 @@ def test_stage1_span_copy_trains_the_head_next_to_masked_reconstruction(setup):
     stream_ids = [cp.ids[p] for p in cp.stream]
     for f in cp.fields:
         value = [cp.targets[p] for p in f if cp.targets[p] != b.end_id]
-        assert any(stream_ids[i: i + len(value)] == value for i in range(len(stream_ids)))
+        assert any(stream_ids[i : i + len(value)] == value for i in range(len(stream_ids)))
     mk = mask_instance(b, text, rng=rng, ratio=(0.5, 0.5))
     batch = collate([cp, mk], b.pad_id, end_id=b.end_id)
     loss = loss_on_batch(model.train(), batch, "prefix_causal")
@@ -239,14 +261,30 @@ def test_refit_head_on_frozen_features(tokenizer, shared_data, tmp_path):
     src = tmp_path / "model"
     model.save_pretrained(src)
     tokenizer.save_pretrained(src)
-    Settings(budgets={"company": 6, "total": 6}, slot_tokens=6, field_blocks=True, copy_head=True, max_length=512,
-             keys=["company", "total"]).save(src)
+    Settings(
+        budgets={"company": 6, "total": 6},
+        slot_tokens=6,
+        field_blocks=True,
+        copy_head=True,
+        max_length=512,
+        keys=["company", "total"],
+    ).save(src)
     get_head(model).save(src)
     lines = []
-    summary = refit_head(model=str(src), output=str(tmp_path / "out"), data_dir=str(shared_data / "sroie"), limit=6,
-                         epochs=3, lr=1e-2, holdout=0.34, log=lines.append)
+    summary = refit_head(
+        model=str(src),
+        output=str(tmp_path / "out"),
+        data_dir=str(shared_data / "sroie"),
+        limit=6,
+        epochs=3,
+        lr=1e-2,
+        holdout=0.34,
+        log=lines.append,
+    )
     assert summary["held_out"] == 2 and summary["fields"] > 0 and len(summary["held_out_history"]) == 3
-    assert summary["nll_after"]["val"] == pytest.approx(min([summary["nll_before"]["val"]] + summary["held_out_history"]))
+    assert summary["nll_after"]["val"] == pytest.approx(
+        min([summary["nll_before"]["val"]] + summary["held_out_history"])
+    )
     with pytest.raises(ValueError, match="test split"):
         refit_head(model=str(src), output=str(tmp_path / "x"), data_dir=str(shared_data / "sroie"), split="test")
     refit, _, settings = load_model(tmp_path / "out")

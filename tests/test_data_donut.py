@@ -16,11 +16,21 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_flatten_and_unflatten():
-    parse = {"menu": [{"nm": "A", "price": "1", "sub": [{"nm": "x"}, {"nm": "y"}]}, {"nm": "B"}],
-             "total": {"total_price": "5"}, "party": ["P", "Q"], "empty": "", "none": None}
+    parse = {
+        "menu": [{"nm": "A", "price": "1", "sub": [{"nm": "x"}, {"nm": "y"}]}, {"nm": "B"}],
+        "total": {"total_price": "5"},
+        "party": ["P", "Q"],
+        "empty": "",
+        "none": None,
+    }
     fields = flatten(parse)
-    assert fields == {"menu.nm": ["A", "B"], "menu.price": ["1"], "menu.sub.nm": ["x", "y"],
-                      "total.total_price": ["5"], "party": ["P", "Q"]}
+    assert fields == {
+        "menu.nm": ["A", "B"],
+        "menu.price": ["1"],
+        "menu.sub.nm": ["x", "y"],
+        "total.total_price": ["5"],
+        "party": ["P", "Q"],
+    }
     assert flatten(unflatten(fields)) == fields
     assert unflatten({"company": ["X"], "party": ["P", "Q"]}) == {"company": "X", "party": ["P", "Q"]}
     with pytest.raises(ValueError, match="both a value and a prefix"):
@@ -61,8 +71,10 @@ def test_ground_truth_as_object_and_root_metadata(tmp_path):
 def test_errors(tmp_path):
     with pytest.raises(DataError, match="metadata.jsonl"):
         list(read_donut(tmp_path, "train"))
-    (tmp_path / "metadata.jsonl").write_text('{"file_name": "a.png", "ground_truth": "{\\"gt_parse\\": {}}"}\n'
-                                             '{"file_name": "b.png", "ground_truth": "{not json"}\n')
+    (tmp_path / "metadata.jsonl").write_text(
+        '{"file_name": "a.png", "ground_truth": "{\\"gt_parse\\": {}}"}\n'
+        '{"file_name": "b.png", "ground_truth": "{not json"}\n'
+    )
     with pytest.raises(DataError, match=r"metadata\.jsonl:2: not JSON"):
         list(read_donut(tmp_path, "train"))
     (tmp_path / "metadata.jsonl").write_text('{"ground_truth": "{}"}\n')

@@ -46,11 +46,14 @@ def test_malformed_json_names_file_and_line(tmp_path):
         list(read_funsd(tmp_path, "train"))
 
 
-@pytest.mark.parametrize("form,why", [
-    ({"entities": []}, "form"),
-    ({"form": [{"id": 0, "text": "x", "label": "question"}]}, "box"),
-    ({"form": [{"id": 0, "text": "x", "box": [0, 0, 1, 1], "label": "question", "linking": [[0, 7]]}]}, "7"),
-])
+@pytest.mark.parametrize(
+    "form,why",
+    [
+        ({"entities": []}, "form"),
+        ({"form": [{"id": 0, "text": "x", "label": "question"}]}, "box"),
+        ({"form": [{"id": 0, "text": "x", "box": [0, 0, 1, 1], "label": "question", "linking": [[0, 7]]}]}, "7"),
+    ],
+)
 def test_malformed_forms(tmp_path, form, why):
     _form(tmp_path, json.dumps(form))
     with pytest.raises(DataError, match=rf"bad\.json: .*{why}"):

@@ -39,7 +39,9 @@ def test_real_first_document():
 def test_unescape_and_expected():
     assert unescape(r"a\nb\tc\fd\\n\x") == "a\nb\tc\nd\\n\\x"
     assert parse_expected("party=Nike_Inc. party=Eric_Dean jurisdiction=Oregon\n") == {
-        "party": ["Nike Inc.", "Eric Dean"], "jurisdiction": ["Oregon"]}
+        "party": ["Nike Inc.", "Eric Dean"],
+        "jurisdiction": ["Oregon"],
+    }
 
 
 def _dataset(tmp_path, rows, expected=None, header=HEADER):
@@ -54,8 +56,11 @@ def _dataset(tmp_path, rows, expected=None, header=HEADER):
 
 
 def test_layer_choice_and_fallback(tmp_path):
-    _dataset(tmp_path, ["a.pdf\tparty\tdjvu\\ntext\ttess\ttextract\tbest", "b.pdf\tparty\tdjvu\ttess\ttextract\t"],
-             ["party=A", "party=B"])
+    _dataset(
+        tmp_path,
+        ["a.pdf\tparty\tdjvu\\ntext\ttess\ttextract\tbest", "b.pdf\tparty\tdjvu\ttess\ttextract\t"],
+        ["party=A", "party=B"],
+    )
     a, b = read_kleister_nda(tmp_path, "dev-0")
     assert (a.id, a.text, b.text) == ("a", "best", "textract")
     assert next(read_kleister_nda(tmp_path, "dev-0", layer="text_djvu")).text == "djvu\ntext"

@@ -33,18 +33,25 @@ def test_missing(tmp_path):
 
 
 def _line(**changes):
-    rec = {"file_name": "a.jpg", "height": 10, "width": 10,
-           "annotations": [{"polygon": [0, 0, 5, 0, 5, 5, 0, 5], "text": "ab", "entity": ["B-X", "I-X"]}]}
+    rec = {
+        "file_name": "a.jpg",
+        "height": 10,
+        "width": 10,
+        "annotations": [{"polygon": [0, 0, 5, 0, 5, 5, 0, 5], "text": "ab", "entity": ["B-X", "I-X"]}],
+    }
     rec["annotations"][0].update(changes)
     return json.dumps(rec)
 
 
-@pytest.mark.parametrize("bad,why", [
-    ("{oops", "not JSON"),
-    (_line(entity=["B-X"]), "1 entity tags"),
-    (_line(entity=["B-Y", "I-Y"]), "class_list"),
-    (_line(polygon=[1, 2, 3]), "polygon"),
-])
+@pytest.mark.parametrize(
+    "bad,why",
+    [
+        ("{oops", "not JSON"),
+        (_line(entity=["B-X"]), "1 entity tags"),
+        (_line(entity=["B-Y", "I-Y"]), "class_list"),
+        (_line(polygon=[1, 2, 3]), "polygon"),
+    ],
+)
 def test_malformed_line(tmp_path, bad, why):
     (tmp_path / "class_list.json").write_text('["X"]')
     (tmp_path / "train.txt").write_text(_line() + "\n" + bad + "\n")

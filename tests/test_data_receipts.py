@@ -33,8 +33,14 @@ def test_every_value_is_printed_and_glued_documents_have_no_spaces():
                 contiguous.append(v in flat)
         if all(" " not in w.text for w in doc.words):  # glued: a key's value is made of whole segments
             glued += 1
-            assert all(p in words for k, vs in doc.fields.items() if not k.startswith("items.")
-                       for v in vs for p in v.split(" ") if p)
+            assert all(
+                p in words
+                for k, vs in doc.fields.items()
+                if not k.startswith("items.")
+                for v in vs
+                for p in v.split(" ")
+                if p
+            )
     assert 40 <= glued <= 90  # about 40% of receipts and 15% of invoices
     assert sum(contiguous) / len(contiguous) > 0.97
 

@@ -11,12 +11,28 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _docs():
-    words = [Word("ACME", (0, 0, 100, 10)), Word("SDN BHD", (110, 0, 200, 10)), Word("TOTAL", (0, 50, 100, 60)),
-             Word("12.50", (150, 50, 200, 60)), Word("NO. 1, JALAN", (0, 80, 100, 90)), Word("AMAN", (0, 95, 100, 105))]
+    words = [
+        Word("ACME", (0, 0, 100, 10)),
+        Word("SDN BHD", (110, 0, 200, 10)),
+        Word("TOTAL", (0, 50, 100, 60)),
+        Word("12.50", (150, 50, 200, 60)),
+        Word("NO. 1, JALAN", (0, 80, 100, 90)),
+        Word("AMAN", (0, 95, 100, 105)),
+    ]
     return [
-        Document(id="a", words=words, fields={"company": ["ACME SDN BHD"], "total": ["12.50"],
-                                              "address": ["NO. 1, JALAN AMAN"], "date": ["01/02/2019"]}),
-        Document(id="b", text="Seller: ACME TRAD1NG SDN BHD\nTotal due: 7.0O", fields={"company": ["ACME TRADING SDN BHD"]}),
+        Document(
+            id="a",
+            words=words,
+            fields={
+                "company": ["ACME SDN BHD"],
+                "total": ["12.50"],
+                "address": ["NO. 1, JALAN AMAN"],
+                "date": ["01/02/2019"],
+            },
+        ),
+        Document(
+            id="b", text="Seller: ACME TRAD1NG SDN BHD\nTotal due: 7.0O", fields={"company": ["ACME TRADING SDN BHD"]}
+        ),
     ]
 
 

@@ -34,8 +34,10 @@ def test_sample_sroie_keys():
     docs = list(read_wildreceipt(WILD, "test", keys="sroie"))
     assert all(set(d.fields) <= set(SROIE_KEYS.values()) for d in docs)
     assert docs[0].fields == {
-        "company": ["CeeFineThaiDining"], "address": ["9901FairfaxBlvd. Fairfax,VA22030"],
-        "date": ["Jan08,2014"], "total": ["19.69"],
+        "company": ["CeeFineThaiDining"],
+        "address": ["9901FairfaxBlvd. Fairfax,VA22030"],
+        "date": ["Jan08,2014"],
+        "total": ["19.69"],
     }
     assert len(list(read_wildreceipt(WILD, "test", limit=2))) == 2
     with pytest.raises(ValueError, match="keys"):
@@ -49,8 +51,14 @@ def _write(tmp_path, lines, classes="Ignore\nStore_name_value\nStore_name_key\nT
 
 
 def _record(label=1, box=(10, 10, 90, 10, 90, 30, 10, 30)):
-    return json.dumps({"file_name": "image_files/a/1.jpg", "height": 100, "width": 100,
-                       "annotations": [{"box": list(box), "text": "SHOP", "label": label}]})
+    return json.dumps(
+        {
+            "file_name": "image_files/a/1.jpg",
+            "height": 100,
+            "width": 100,
+            "annotations": [{"box": list(box), "text": "SHOP", "label": label}],
+        }
+    )
 
 
 def test_class_list_with_ids(tmp_path):
@@ -69,12 +77,15 @@ def test_missing_files(tmp_path):
         list(read_wildreceipt(tmp_path))
 
 
-@pytest.mark.parametrize("bad,why", [
-    ("{not json", "not JSON"),
-    (_record(label=9), "label 9"),
-    (_record(box=(1, 2, 3)), "box"),
-    ('{"file_name": "x.jpg", "height": 10, "width": 10}', "annotations"),
-])
+@pytest.mark.parametrize(
+    "bad,why",
+    [
+        ("{not json", "not JSON"),
+        (_record(label=9), "label 9"),
+        (_record(box=(1, 2, 3)), "box"),
+        ('{"file_name": "x.jpg", "height": 10, "width": 10}', "annotations"),
+    ],
+)
 def test_malformed_line(tmp_path, bad, why):
     _write(tmp_path, [_record(), bad])
     with pytest.raises(DataError, match=rf"test\.txt:2: .*{why}"):

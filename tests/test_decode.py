@@ -5,12 +5,11 @@ import torch
 
 from pipkie.decoding.ar import ARStats, ar_decode, parse_free_answer
 from pipkie.decoding.pip import pip_decode
-from pipkie.schema import KeySchema
 from pipkie.model.template import TemplateBuilder
+from pipkie.schema import KeySchema
 from tests.conftest import tiny_model
 
-DOCS = ["apple berry cedar\ndelta 12/3 ember", "frost grove\nharbor island jade kite 9/1\nlemon maple north",
-        "ocean"]
+DOCS = ["apple berry cedar\ndelta 12/3 ember", "frost grove\nharbor island jade kite 9/1\nlemon maple north", "ocean"]
 SCHEMA = KeySchema.parse("company,date,total")
 
 
@@ -102,8 +101,17 @@ def test_ar_forced_generates_only_values(setup):
 
 def test_parse_free_answer(tokenizer):
     b = TemplateBuilder(tokenizer)
-    ids = (b.header("company") + b.value_ids("apple berry", 8) + [b.end_id] + b.header("total")
-           + b.value_ids(None, 8) + [b.end_id] + b.header("bogus") + b.value_ids("x", 8) + [b.end_id, b.eos_id])
+    ids = (
+        b.header("company")
+        + b.value_ids("apple berry", 8)
+        + [b.end_id]
+        + b.header("total")
+        + b.value_ids(None, 8)
+        + [b.end_id]
+        + b.header("bogus")
+        + b.value_ids("x", 8)
+        + [b.end_id, b.eos_id]
+    )
     out = parse_free_answer(b, ids, [0.5] * len(ids), ["company", "total", "date"])
     assert out["company"].value == "apple berry" and out["company"].confidence == pytest.approx(0.5)
     assert out["total"].value is None and out["total"].confidence > 0  # written as `unknown`
@@ -132,7 +140,9 @@ def test_padded_vocabulary_changes_no_output(tokenizer):
     b = TemplateBuilder(tokenizer, max_length=160, default_budget=4, slot_tokens=4, field_blocks=True, copy=True)
     texts, schemas = DOCS[:2], [SCHEMA, SCHEMA]
     for got, want in zip(pip_decode(padded, b, texts, schemas), pip_decode(model, b, texts, schemas)):
-        assert {k: (f.tokens, f.confidence) for k, f in got.items()} == {k: (f.tokens, f.confidence) for k, f in want.items()}
+        assert {k: (f.tokens, f.confidence) for k, f in got.items()} == {
+            k: (f.tokens, f.confidence) for k, f in want.items()
+        }
     for mode in ("free", "forced"):
         assert ar_decode(padded, b, texts, schemas, mode=mode) == ar_decode(model, b, texts, schemas, mode=mode)
 

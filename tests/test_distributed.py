@@ -20,7 +20,9 @@ try:
 except ImportError:
     if in_ci():
         raise
-    pytest.skip("ray is not installed (pip install 'pipkie[ray]', or -r requirements-ray.lock)", allow_module_level=True)
+    pytest.skip(
+        "ray is not installed (pip install 'pipkie[ray]', or -r requirements-ray.lock)", allow_module_level=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +55,9 @@ def test_ray_gives_the_rows_of_the_local_pipeline_and_resumes(local_ray, tiny_ex
         g = got[f]
         if "error" in w:
             continue
-        assert {k: v for k, v in g.items() if k not in ("fields", "seconds")} == \
-            {k: v for k, v in w.items() if k not in ("fields", "seconds")}
+        assert {k: v for k, v in g.items() if k not in ("fields", "seconds")} == {
+            k: v for k, v in w.items() if k not in ("fields", "seconds")
+        }
         for key, field in w["fields"].items():
             assert g["fields"][key]["value"] == field["value"] and g["fields"][key]["boxes"] == field["boxes"]
             assert g["fields"][key]["confidence"] == pytest.approx(field["confidence"], abs=2e-3)

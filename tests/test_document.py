@@ -54,8 +54,9 @@ def reference_serialize(doc: Document, layout: bool = False) -> str:
 
 
 def assert_same(doc: Document) -> None:
-    assert [[id(w) for w in line] for line in reading_order_lines(doc.words)] == \
-        [[id(w) for w in line] for line in reference_lines(doc.words)], doc.id
+    assert [[id(w) for w in line] for line in reading_order_lines(doc.words)] == [
+        [id(w) for w in line] for line in reference_lines(doc.words)
+    ], doc.id
     for layout in (False, True):
         assert serialize(doc, layout=layout).encode() == reference_serialize(doc, layout).encode(), doc.id
 
@@ -70,8 +71,10 @@ def dataset(name: str, folder: str, split: str) -> list[Document]:
     return docs
 
 
-@pytest.mark.parametrize("name, folder, split, count", [
-    ("sroie", "sroie", "train", 626), ("sroie", "sroie", "test", 347), ("wildreceipt", "wildreceipt_dev", "dev", 100)])
+@pytest.mark.parametrize(
+    "name, folder, split, count",
+    [("sroie", "sroie", "train", 626), ("sroie", "sroie", "test", 347), ("wildreceipt", "wildreceipt_dev", "dev", 100)],
+)
 def test_serialize_is_byte_identical_on_real_documents(name, folder, split, count):
     docs = dataset(name, folder, split)
     assert len(docs) == count

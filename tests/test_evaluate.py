@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipkie.eval import evaluate as ev
 from pipkie.decoding.pip import FieldResult
-from pipkie.io.document import Document, Word
+from pipkie.eval import evaluate as ev
 from pipkie.eval.store import model_fingerprint
+from pipkie.io.document import Document, Word
 from pipkie.schema import Key, KeySchema
 from tests.test_extract import build_tiny_model
 
@@ -52,8 +52,15 @@ def n_decoded(calls) -> int:
 
 
 def run_sroie(shared_data, tmp_path, model, log=None, **kw):
-    args = dict(dataset="sroie", data_dir=str(shared_data / "sroie"), split="test", model_path=str(model), limit=2,
-                json_path=str(tmp_path / "out.json"), log=log.append if log is not None else (lambda m: None))
+    args = dict(
+        dataset="sroie",
+        data_dir=str(shared_data / "sroie"),
+        split="test",
+        model_path=str(model),
+        limit=2,
+        json_path=str(tmp_path / "out.json"),
+        log=log.append if log is not None else (lambda m: None),
+    )
     return ev.evaluate(**{**args, **kw})
 
 
@@ -129,8 +136,15 @@ def test_key_map_reads_gold_from_the_datasets_class_and_warns_on_missing_gold(mo
     from pipkie.data import read_dataset
 
     docs = list(read_dataset("wildreceipt", shared_data / WILD, "dev", limit=3))
-    kw = dict(dataset="wildreceipt", data_dir=str(shared_data / WILD), split="dev", model_path=str(models["a"]),
-              limit=3, keys=["company", "date", "address", "total"], log=lambda m: None)
+    kw = dict(
+        dataset="wildreceipt",
+        data_dir=str(shared_data / WILD),
+        split="dev",
+        model_path=str(models["a"]),
+        limit=3,
+        keys=["company", "date", "address", "total"],
+        log=lambda m: None,
+    )
     mapped = ev.evaluate(**kw, key_map=SROIE_MAP, json_path=str(tmp_path / "mapped.json"))
     rows = [json.loads(x) for x in (tmp_path / "mapped.predictions.jsonl").read_text().splitlines()]
     assert [r["gold"]["company"] for r in rows] == [d.fields["store_name"] for d in docs]
@@ -144,8 +158,9 @@ def test_key_map_reads_gold_from_the_datasets_class_and_warns_on_missing_gold(mo
     assert json.loads((tmp_path / "plain.json").read_text())["warnings"] == plain["warnings"]
 
 
-@pytest.mark.parametrize("spec,message", [("company", "not KEY=GOLD_KEY"), ("company=", "not KEY=GOLD_KEY"),
-                                          ("a=x,a=y", "mapped twice")])
+@pytest.mark.parametrize(
+    "spec,message", [("company", "not KEY=GOLD_KEY"), ("company=", "not KEY=GOLD_KEY"), ("a=x,a=y", "mapped twice")]
+)
 def test_bad_key_maps_are_refused(spec, message):
     from pipkie.eval.gold import parse_key_map
 
@@ -160,16 +175,26 @@ def fake_ocr(monkeypatch):
 
     def load(path, **kw):
         calls.append(str(path))
-        return Document(id="x", words=[Word("HELLO", (10, 10, 300, 40)), Word("9.99", (10, 60, 200, 90))],
-                        page_sizes=[(500, 800)])
+        return Document(
+            id="x", words=[Word("HELLO", (10, 10, 300, 40)), Word("9.99", (10, 60, 200, 90))], page_sizes=[(500, 800)]
+        )
 
     monkeypatch.setattr("pipkie.io.ocr_folder.load_document", load)
     return calls
 
 
 def test_ocr_replaces_the_datasets_words_and_is_cached(models, shared_data, tmp_path, fake_ocr, decoded):
-    kw = dict(dataset="wildreceipt", data_dir=str(shared_data / WILD), split="dev", model_path=str(models["a"]),
-              limit=2, key_map=SROIE_MAP, ocr="rapidocr", json_path=str(tmp_path / "ocr.json"), log=lambda m: None)
+    kw = dict(
+        dataset="wildreceipt",
+        data_dir=str(shared_data / WILD),
+        split="dev",
+        model_path=str(models["a"]),
+        limit=2,
+        key_map=SROIE_MAP,
+        ocr="rapidocr",
+        json_path=str(tmp_path / "ocr.json"),
+        log=lambda m: None,
+    )
     result = ev.evaluate(**kw)
     assert len(fake_ocr) == 2 and decoded == [["HELLO\n9.99"] * 2]
     cached = sorted((tmp_path / "ocr-cache" / f"rapidocr-{WILD}").rglob("*.jpeg.json"))
@@ -189,8 +214,16 @@ def test_a_folder_ocrd_by_pipkie_ocr_serves_as_the_cache(models, shared_data, tm
 
     ocr_folder(shared_data / WILD / folder, tmp_path / "words", progress=False)  # `pipkie ocr DIR --out words`
     assert len(fake_ocr) == 100
-    ev.evaluate(dataset="wildreceipt", data_dir=str(shared_data / WILD), split="dev", model_path=str(models["a"]),
-                limit=3, ocr="rapidocr", ocr_cache=str(tmp_path / "words"), log=lambda m: None)
+    ev.evaluate(
+        dataset="wildreceipt",
+        data_dir=str(shared_data / WILD),
+        split="dev",
+        model_path=str(models["a"]),
+        limit=3,
+        ocr="rapidocr",
+        ocr_cache=str(tmp_path / "words"),
+        log=lambda m: None,
+    )
     assert len(fake_ocr) == 100 and decoded == [["HELLO\n9.99"] * 3]
 
 
@@ -204,7 +237,11 @@ def test_documents_cut_to_fit_the_context_are_flagged(models, shared_data, tmp_p
     (short / "pipkie.json").write_text(json.dumps({**settings, "max_length": 256}))
     fits = run_sroie(shared_data, tmp_path / "fits", models["a"])
     cut = run_sroie(shared_data, tmp_path / "cut", short)
-    assert (fits["truncated_docs"], cut["truncated_docs"], cut["truncated_ids"]) == (0, 2, ["X00016469670", "X00016469671"])
+    assert (fits["truncated_docs"], cut["truncated_docs"], cut["truncated_ids"]) == (
+        0,
+        2,
+        ["X00016469670", "X00016469671"],
+    )
     _, tok, s = load_model(models["a"])
     builder = builder_for(tok, s)
     docs = list(read_dataset("sroie", shared_data / "sroie", "test", limit=2))
@@ -217,6 +254,7 @@ def test_documents_cut_to_fit_the_context_are_flagged(models, shared_data, tmp_p
 def test_calibration_of_stored_confidences_and_the_reliability_diagram(models, shared_data, tmp_path, monkeypatch):
     """Receipts X00016469670 and X00016469671 have totals 193.00 and 170.00: answering 193.00 at 0.95
     is right once, a wrong company at 0.92 never; date and address unanswered (not counted)."""
+
     def answer(model, builder, texts, schemas, **kw):
         values = {"total": ("193.00", 0.95), "company": ("WRONG SDN BHD", 0.92)}
         return [{k: FieldResult(*values.get(k, (None, 0.3))) for k in s.names} for s in schemas]
@@ -244,20 +282,39 @@ def cli(*args):
 
 def test_cli_wildreceipt_with_a_key_map(models, shared_data, tmp_path):
     out = tmp_path / "wild.json"
-    res = cli("evaluate", "--dataset", "wildreceipt", "--data-dir", shared_data / WILD, "--split", "dev",
-              "--keys", "company,date,address,total", "--key-map", SROIE_MAP, "--model", models["a"], "--limit", 2,
-              "--json", out)
+    res = cli(
+        "evaluate",
+        "--dataset",
+        "wildreceipt",
+        "--data-dir",
+        shared_data / WILD,
+        "--split",
+        "dev",
+        "--keys",
+        "company,date,address,total",
+        "--key-map",
+        SROIE_MAP,
+        "--model",
+        models["a"],
+        "--limit",
+        2,
+        "--json",
+        out,
+    )
     assert res.exit_code == 0, res.output
     assert "wildreceipt dev · decode=pip · 2 docs" in res.stdout and "warning" not in res.output
     assert json.loads(out.read_text())["per_key"]["company"]["n"] == 2
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--key-map", "company"], "error: --key-map: 'company' is not KEY=GOLD_KEY"),
-    (["--decode", "beam"], "error: unknown decode 'beam'"),
-    (["--ocr", "rapidocr"], "have no image to OCR"),  # SROIE test ships no images
-    (["--data-dir", "/nonexistent/sroie"], "error: "),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--key-map", "company"], "error: --key-map: 'company' is not KEY=GOLD_KEY"),
+        (["--decode", "beam"], "error: unknown decode 'beam'"),
+        (["--ocr", "rapidocr"], "have no image to OCR"),  # SROIE test ships no images
+        (["--data-dir", "/nonexistent/sroie"], "error: "),
+    ],
+)
 def test_cli_bad_input_is_one_clear_line(models, shared_data, extra, message):
     args = ["evaluate", "--dataset", "sroie", "--data-dir", shared_data / "sroie", "--model", models["a"], "--limit", 1]
     res = cli(*args, *extra)

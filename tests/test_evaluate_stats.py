@@ -22,8 +22,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def rows(right, n: int = 200, keys=("total",), wrong: str = "WRONG") -> list[dict]:
     """n documents with gold 9.00 for each key; the prediction is 9.00 where right(i, key), else `wrong`."""
-    return [dict(id=f"d{i}", pred={k: "9.00" if right(i, k) else wrong for k in keys},
-                 gold={k: ["9.00"] for k in keys}, confidence={k: 0.5 for k in keys}) for i in range(n)]
+    return [
+        dict(
+            id=f"d{i}",
+            pred={k: "9.00" if right(i, k) else wrong for k in keys},
+            gold={k: ["9.00"] for k in keys},
+            confidence={k: 0.5 for k in keys},
+        )
+        for i in range(n)
+    ]
 
 
 # ---- paired bootstrap ---------------------------------------------------------------------------
@@ -59,7 +66,9 @@ def test_per_key_and_exact_match_f1():
     assert exact["per_key"]["total"]["b"] == pytest.approx(0.5)  # TP 100 of 200 predicted, 200 gold
     assert exact["overall"]["b"] == pytest.approx(2 * 300 / 800)  # micro F1 = 2 TP / (pred + gold)
     assert exact["overall"]["diff"] == pytest.approx(0.25)
-    assert exact["overall"]["lo"] == pytest.approx(0.215, abs=0.01) and exact["overall"]["hi"] == pytest.approx(0.285, abs=0.01)
+    assert exact["overall"]["lo"] == pytest.approx(0.215, abs=0.01) and exact["overall"]["hi"] == pytest.approx(
+        0.285, abs=0.01
+    )
 
 
 def test_bootstrap_is_seeded():
@@ -89,8 +98,18 @@ def test_compare_command(tmp_path):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(right)))
     from pipkie.cli import app
 
-    res = CliRunner().invoke(app, ["compare", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--samples", "2000",
-                                   "--json", str(tmp_path / "c.json")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "compare",
+            str(tmp_path / "a.jsonl"),
+            str(tmp_path / "b.jsonl"),
+            "--samples",
+            "2000",
+            "--json",
+            str(tmp_path / "c.json"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "paired bootstrap over 200 documents (2000 resamples, seed 0)" in res.stdout and "+50.00" in res.stdout
     assert json.loads((tmp_path / "c.json").read_text())["overall"]["diff"] == 0.5
@@ -102,8 +121,11 @@ def test_compare_command(tmp_path):
 def test_published_sroie_comparison():
     """The shipped PIP model against its AR baseline (forced), all 347 SROIE test receipts: +0.5 ANLS
     is not a difference (the interval spans 0)."""
-    r = compare_files(ROOT / "results" / "sroie-pip-long-refit.predictions.jsonl",
-                      ROOT / "results" / "sroie-ar-forced-long.predictions.jsonl", samples=4000)
+    r = compare_files(
+        ROOT / "results" / "sroie-pip-long-refit.predictions.jsonl",
+        ROOT / "results" / "sroie-ar-forced-long.predictions.jsonl",
+        samples=4000,
+    )
     o = r["overall"]
     assert o["diff"] == pytest.approx(0.0050, abs=0.0001)
     assert -0.0085 < o["lo"] < -0.005 and 0.015 < o["hi"] < 0.0185
@@ -117,7 +139,10 @@ def test_expected_calibration_error_on_two_bins():
     assert cal["ece"] == pytest.approx(0.1) and cal["accuracy"] == 0.5
     assert (cal["high_share"], cal["high_exact"]) == (0.5, 1.0)
     filled = [b for b in cal["bins"] if b["n"]]
-    assert [(b["lo"], b["n"], b["accuracy"]) for b in filled] == [(pytest.approx(0.1), 10, 0.0), (pytest.approx(0.9), 10, 1.0)]
+    assert [(b["lo"], b["n"], b["accuracy"]) for b in filled] == [
+        (pytest.approx(0.1), 10, 0.0),
+        (pytest.approx(0.9), 10, 1.0),
+    ]
 
 
 def test_calibration_bin_edges():
@@ -128,9 +153,13 @@ def test_calibration_bin_edges():
 
 
 def test_calibration_pairs_skip_unanswered_fields_and_ignore_spaces_and_case():
-    r = [dict(pred={"company": "Choeun Korean Restaurant", "total": None, "date": "12/30/2016"},
-              gold={"company": ["CHOEUN KOREANRESTAURANT"], "total": ["$60.44"], "date": ["12/30/2016FRI"]},
-              confidence={"company": 0.97, "total": 0.2, "date": 0.91})]
+    r = [
+        dict(
+            pred={"company": "Choeun Korean Restaurant", "total": None, "date": "12/30/2016"},
+            gold={"company": ["CHOEUN KOREANRESTAURANT"], "total": ["$60.44"], "date": ["12/30/2016FRI"]},
+            confidence={"company": 0.97, "total": 0.2, "date": 0.91},
+        )
+    ]
     assert calibration_pairs(r, ["company", "total", "date"]) == [(0.97, True), (0.91, False)]
 
 
@@ -154,6 +183,12 @@ def test_missing_shared_data_fails_under_ci_and_skips_elsewhere(tmp_path):
 
 def test_a_ci_run_without_shared_data_fails_at_start(tmp_path):
     env = {**os.environ, "CI": "true", "PIPKIE_SHARED_DATA": str(tmp_path / "nothing")}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-                           "tests/test_metrics.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "tests/test_metrics.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0 and "CI=true requires it" in proc.stdout + proc.stderr

@@ -11,15 +11,27 @@ import torch
 from PIL import Image
 
 from pipkie.io.document import Document, Word, serialize
-from tests.test_extract import (BUDGETS, KLEISTER, SAMPLE, receipt_doc,  # noqa: F401  (session fixtures)
-                                tiny_copy_extractor, tiny_extractor, tiny_model_dir)
+from tests.test_extract import (
+    BUDGETS,
+    KLEISTER,
+    SAMPLE,
+    receipt_doc,  # noqa: F401  (session fixtures)
+)
 
 
 def test_word_spans_match_serialize():
     from pipkie.explain import word_spans
 
-    doc = Document("d", words=[Word("b", (300, 10, 400, 30)), Word("a", (10, 12, 100, 30)), Word(" ", (0, 40, 5, 50)),
-                               Word("second line", (10, 100, 300, 130)), Word("p2", (10, 10, 50, 30), page=1)])
+    doc = Document(
+        "d",
+        words=[
+            Word("b", (300, 10, 400, 30)),
+            Word("a", (10, 12, 100, 30)),
+            Word(" ", (0, 40, 5, 50)),
+            Word("second line", (10, 100, 300, 130)),
+            Word("p2", (10, 10, 50, 30), page=1),
+        ],
+    )
     text, spans = word_spans(doc)
     assert text == serialize(doc) == "a b\nsecond line\np2"
     assert [(text[s:e], w.text) for s, e, w in spans] == [(w.text, w.text) for _, _, w in spans]
@@ -67,8 +79,14 @@ def test_explain_with_a_copy_head_shows_where_the_value_starts(tiny_copy_extract
         assert 0.5 < on_words <= 1 + 1e-5 and e.top_starts(1)[0][1] == max(x for _, x in e.starts)
     # the distribution shown is the one the decoder computed (here for "company", the last key)
     trace = []
-    pip_decode(ex.model, ex.builder, [serialize(receipt_doc)], [KeySchema.parse(ex.settings.keys)],
-               pattern=ex.settings.pattern, trace=trace)
+    pip_decode(
+        ex.model,
+        ex.builder,
+        [serialize(receipt_doc)],
+        [KeySchema.parse(ex.settings.keys)],
+        pattern=ex.settings.pattern,
+        trace=trace,
+    )
     assert [p for *_, p in e.start_tokens] == pytest.approx(trace[0]["company"].p_start, abs=1e-6)
     out = draw_heatmap(e, SAMPLE, tmp_path / "heat.png", doc=receipt_doc)
     with Image.open(out) as im:
@@ -103,8 +121,9 @@ def test_explain_text_and_errors(tiny_extractor, tmp_path):  # noqa: F811
     assert alone.key == "vendor" and alone.slots == tiny_extractor.settings.default_budget
     with pytest.raises(ValueError, match="not among the keys"):
         explain(tiny_extractor, None, "total", text="x", keys=["date"])
-    doc = Document("w", words=[Word("TOTAL", (100, 800, 200, 820)), Word("9.90", (700, 800, 790, 820))],
-                   page_sizes=[(500, 1000)])
+    doc = Document(
+        "w", words=[Word("TOTAL", (100, 800, 200, 820)), Word("9.90", (700, 800, 790, 820))], page_sizes=[(500, 1000)]
+    )
     out = draw_heatmap(explain(tiny_extractor, doc, "total"), doc, tmp_path / "w.png")
     with Image.open(out) as im:  # no image: the words are drawn on a white page of the page's shape
         assert im.width == 500 and im.height > 1000
@@ -116,13 +135,23 @@ def test_cli_explain_lists_the_copy_heads_starts_and_the_attention(tmp_path, tin
     from pipkie.cli import app
 
     words = tmp_path / "words.json"
-    words.write_text(json.dumps({"words": [{"text": "ACME", "box": [100, 50, 300, 80]},
-                                           {"text": "TOTAL", "box": [100, 800, 200, 820]},
-                                           {"text": "9.90", "box": [700, 800, 780, 820]}],
-                                 "page_sizes": [[1000, 1000]]}))
+    words.write_text(
+        json.dumps(
+            {
+                "words": [
+                    {"text": "ACME", "box": [100, 50, 300, 80]},
+                    {"text": "TOTAL", "box": [100, 800, 200, 820]},
+                    {"text": "9.90", "box": [700, 800, 780, 820]},
+                ],
+                "page_sizes": [[1000, 1000]],
+            }
+        )
+    )
     out = tmp_path / "heat.png"
-    res = CliRunner().invoke(app, ["explain", str(words), "--key", "total", "--model", tiny_copy_extractor.name,
-                                   "--out", str(out), "--top", "2"])
+    res = CliRunner().invoke(
+        app,
+        ["explain", str(words), "--key", "total", "--model", tiny_copy_extractor.name, "--out", str(out), "--top", "2"],
+    )
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
     ref = tiny_copy_extractor.extract(words).fields["total"]

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from PIL import Image
 
 from pipkie.decoding.pip import FieldResult
 from pipkie.io.document import Document, Word, serialize
@@ -42,8 +41,14 @@ TOKENIZER_TEXT = [
 AR_BASELINE = "../pipkie-tiny-ar"
 
 
-def build_tiny_model(directory: Path, seed: int = 0, *, objective: str = "pip", ar_baseline: str | None = AR_BASELINE,
-                     copy_head: bool = False) -> Path:
+def build_tiny_model(
+    directory: Path,
+    seed: int = 0,
+    *,
+    objective: str = "pip",
+    ar_baseline: str | None = AR_BASELINE,
+    copy_head: bool = False,
+) -> Path:
     """A random 2-layer qwen2 pipkie model directory (tokenizer, weights, pipkie.json): ~1 s on a CPU.
     A PIP model gets a tiny AR model of its own beside it as its `ar_baseline` (None: no baseline);
     `copy_head`: with a (random) copy head, slot tokens and field blocks, like the shipped model."""
@@ -67,8 +72,16 @@ def build_tiny_model(directory: Path, seed: int = 0, *, objective: str = "pip", 
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
     pip = objective == "pip"
-    Settings(objective=objective, keys=KEYS, budgets=BUDGETS, max_length=1024, slot_tokens=slots,
-             field_blocks=copy_head, copy_head=copy_head, ar_baseline=ar_baseline if pip else None).save(directory)
+    Settings(
+        objective=objective,
+        keys=KEYS,
+        budgets=BUDGETS,
+        max_length=1024,
+        slot_tokens=slots,
+        field_blocks=copy_head,
+        copy_head=copy_head,
+        ar_baseline=ar_baseline if pip else None,
+    ).save(directory)
     if copy_head:
         CopyHead(cfg.hidden_size, dim=16).save(directory)
     if pip and ar_baseline:
@@ -76,14 +89,14 @@ def build_tiny_model(directory: Path, seed: int = 0, *, objective: str = "pip", 
     return directory
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_tiny_extractor(path: str):
     from pipkie.extract import Extractor
 
     return Extractor.from_pretrained(path)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ocr_receipt() -> Document:
     from pipkie.io.loaders import load_document
 
@@ -104,8 +117,9 @@ def tiny_extractor(tiny_model_dir):
 @pytest.fixture(scope="session")
 def tiny_copy_extractor(tmp_path_factory):
     """A tiny model with a random copy head (its answers are random, its decoding path the shipped one's)."""
-    return load_tiny_extractor(str(build_tiny_model(tmp_path_factory.getbasetemp() / "pipkie-tiny-copy", 2,
-                                                    copy_head=True, ar_baseline=None)))
+    return load_tiny_extractor(
+        str(build_tiny_model(tmp_path_factory.getbasetemp() / "pipkie-tiny-copy", 2, copy_head=True, ar_baseline=None))
+    )
 
 
 @pytest.fixture(scope="session")
@@ -147,12 +161,17 @@ def test_extract_real_receipt_image(tiny_extractor, receipt_doc):
 
 
 def test_grounded_values_get_boxes_on_the_page(tiny_extractor, receipt_doc, monkeypatch):
-    monkeypatch.setattr("pipkie.decoding.pip.pip_decode",
-                        answering({"company": "PETRODELI ENTERPRISE", "total": "85.54", "date": "26/02/18"}))
+    monkeypatch.setattr(
+        "pipkie.decoding.pip.pip_decode",
+        answering({"company": "PETRODELI ENTERPRISE", "total": "85.54", "date": "26/02/18"}),
+    )
     result = tiny_extractor.extract(receipt_doc)
     check_extraction(result)
     f = result.fields
-    assert f["company"].grounding == "exact" and [b.text.upper() for b in f["company"].boxes] == ["PETRODELI", "ENTERPRISE"]
+    assert f["company"].grounding == "exact" and [b.text.upper() for b in f["company"].boxes] == [
+        "PETRODELI",
+        "ENTERPRISE",
+    ]
     assert f["total"].boxes and all("85.54" in b.text for b in f["total"].boxes)
     assert f["date"].boxes[0].text == "26/02/18"
     assert f["address"].value is None and f["address"].boxes == []
@@ -163,8 +182,15 @@ def test_grounded_values_get_boxes_on_the_page(tiny_extractor, receipt_doc, monk
 def test_field_grounding_directly():
     from pipkie.extract import Extractor
 
-    doc = Document("d", words=[Word("TOTAL", (100, 800, 200, 820)), Word("RM9.90", (700, 800, 790, 820)),
-                               Word("Thank", (100, 900, 200, 920))], page_sizes=[(500, 1000)])
+    doc = Document(
+        "d",
+        words=[
+            Word("TOTAL", (100, 800, 200, 820)),
+            Word("RM9.90", (700, 800, 790, 820)),
+            Word("Thank", (100, 900, 200, 920)),
+        ],
+        page_sizes=[(500, 1000)],
+    )
     f = Extractor._field(doc, FieldResult("9.90", 0.87654321))
     assert f.value == "9.90" and f.confidence == 0.8765 and f.grounding == "exact"
     assert [(b.text, b.x0, b.y0, b.x1, b.y1) for b in f.boxes] == [("RM9.90", 0.7, 0.8, 0.79, 0.82)]
@@ -195,8 +221,11 @@ def test_precomputed_ocr_box_file_and_json_words(tiny_extractor, tmp_path):
     result = tiny_extractor.extract(BOX_FILE)
     assert result.document == "X51005447832"
     check_extraction(result)
-    words = [{"text": w.split(",", 8)[8], "box": [int(v) for v in w.split(",")[:8]]}
-             for w in BOX_FILE.read_text(encoding="utf-8", errors="replace").splitlines() if w.count(",") >= 8]
+    words = [
+        {"text": w.split(",", 8)[8], "box": [int(v) for v in w.split(",")[:8]]}
+        for w in BOX_FILE.read_text(encoding="utf-8", errors="replace").splitlines()
+        if w.count(",") >= 8
+    ]
     path = tmp_path / "words.json"
     path.write_text(json.dumps({"id": "mine", "words": words, "page_sizes": [[664, 1664]]}))
     result = tiny_extractor.extract(path, keys=["total"])
@@ -216,11 +245,15 @@ def test_text_input(tiny_extractor, tmp_path):
 def test_keys_schema_and_decodes(tiny_extractor):
     text = "Date 12/03/2019\nTotal 9.90"
     assert list(tiny_extractor.extract(None, ["total", "date"], text=text).fields) == ["total", "date"]
-    schema = {"type": "object", "properties": {"total": {"type": "string", "maxLength": 9},
-                                               "vendor": {"type": ["string", "null"]}}}
+    schema = {
+        "type": "object",
+        "properties": {"total": {"type": "string", "maxLength": 9}, "vendor": {"type": ["string", "null"]}},
+    }
     check_extraction(tiny_extractor.extract(None, schema=schema, text=text), ["total", "vendor"])
     for decode in ("ar-free", "ar-forced"):
-        check_extraction(tiny_extractor.extract(None, "total,date", decode=decode, text=text), ["total", "date"], decode)
+        check_extraction(
+            tiny_extractor.extract(None, "total,date", decode=decode, text=text), ["total", "date"], decode
+        )
     check_extraction(tiny_extractor.extract(None, "total", refine_steps=2, text=text), ["total"])
     for bad in ("beam", "ar"):  # one name per decoder (`pipkie.decoding.DECODERS`)
         with pytest.raises(ValueError, match="choose one of pip, ar-free, ar-forced"):
@@ -230,8 +263,10 @@ def test_keys_schema_and_decodes(tiny_extractor):
 
 
 def test_batching_changes_nothing(tiny_extractor):
-    docs = [Document(f"d{i}", text=t) for i, t in enumerate(
-        ["Total 9.90", "Company Acme Trading Sdn Bhd\nDate 12/03/2019\nTotal 120.00", "x"])]
+    docs = [
+        Document(f"d{i}", text=t)
+        for i, t in enumerate(["Total 9.90", "Company Acme Trading Sdn Bhd\nDate 12/03/2019\nTotal 120.00", "x"])
+    ]
     together = tiny_extractor.extract_many(docs, batch_size=8)
     alone = [tiny_extractor.extract_many([d])[0] for d in docs]
     assert [r.document for r in together] == ["d0", "d1", "d2"]
@@ -277,7 +312,7 @@ def test_a_long_contract_keeps_its_end_and_the_flag_says_how_much_was_cut(tiny_e
         result = ex.extract(doc)
         enc = b.pip(text, ks)
     assert result.truncated and result.dropped_tokens == len(whole) - room == enc.truncated
-    kept = enc.input_ids[len(b.instruction_ids): enc.prefix_len - 1]
+    kept = enc.input_ids[len(b.instruction_ids) : enc.prefix_len - 1]
     assert len(kept) == room and len(enc.input_ids) == b.max_length
     a, z = enc.seam
     assert enc.input_ids[a:z] == b.marker_ids and b.tok.decode(b.marker_ids) == CUT_MARKER
@@ -325,12 +360,14 @@ def test_ar_decodes_run_the_ar_baseline(tiny_extractor, tiny_model_dir):
         want = ar_decode(ar, builder_for(tok, settings), [text], [ks], mode=mode)[0]
         got = tiny_extractor.extract(None, ks, decode=decode, text=text)
         assert got.values() == {k: f.value for k, f in want.items()}
-        assert [f.confidence for f in got.fields.values()] == pytest.approx([want[k].confidence for k in ks.names],
-                                                                            abs=1e-4)
+        assert [f.confidence for f in got.fields.values()] == pytest.approx(
+            [want[k].confidence for k in ks.names], abs=1e-4
+        )
     # and the PIP weights would have answered otherwise (so the comparison above tells them apart)
     pip_weights = ar_decode(tiny_extractor.model, tiny_extractor.builder, [text], [ks], mode="forced")[0]
-    assert [round(f.confidence, 4) for f in got.fields.values()] != [round(pip_weights[k].confidence, 4)
-                                                                       for k in ks.names]
+    assert [round(f.confidence, 4) for f in got.fields.values()] != [
+        round(pip_weights[k].confidence, 4) for k in ks.names
+    ]
 
 
 def test_a_pip_model_without_ar_baseline_refuses_ar_decoding(tmp_path, tiny_model_dir):
@@ -371,8 +408,19 @@ def test_cli_extract_ar_without_baseline_is_a_clear_error(tmp_path, tiny_model_d
     res = runner.invoke(app, ["extract", str(note), "--model", str(solo), "--decode", "ar-forced"])
     assert res.exit_code == 2 and "no AR baseline" in res.stderr and "Traceback" not in res.output
     assert res.stdout == ""
-    res = runner.invoke(app, ["extract", str(note), "--model", str(solo), "--decode", "ar-forced",
-                              "--ar-model", str((tiny_model_dir / AR_BASELINE).resolve())])
+    res = runner.invoke(
+        app,
+        [
+            "extract",
+            str(note),
+            "--model",
+            str(solo),
+            "--decode",
+            "ar-forced",
+            "--ar-model",
+            str((tiny_model_dir / AR_BASELINE).resolve()),
+        ],
+    )
     assert res.exit_code == 0 and json.loads(res.stdout)["decode"] == "ar-forced"
 
 
@@ -404,5 +452,7 @@ def test_a_value_that_fills_its_budget_is_flagged(tiny_model_dir):
         model.set_output_embeddings(_Forced(model.get_output_embeddings(), nine))
         r = ex.extract(None, "total,date", decode=decode, text="Total 9.90")
         assert {k: (f.value, f.truncated) for k, f in r.fields.items()} == {
-            "total": ("9" * BUDGETS["total"], True), "date": ("9" * BUDGETS["date"], True)}
+            "total": ("9" * BUDGETS["total"], True),
+            "date": ("9" * BUDGETS["date"], True),
+        }
         assert r.to_dict()["fields"]["total"]["truncated"] is True

@@ -33,18 +33,29 @@ import pipkie.io.loaders as loaders
 from pipkie.io.document import Document, serialize
 from pipkie.io.loaders import DocumentError, load_document
 from pipkie.io.ocr import OCRWord
+from pipkie.model.template import DocumentTooLong, TemplateBuilder
 from pipkie.schema import Key, KeySchema
 from pipkie.serve import ServeSettings
 from pipkie.serve.errors import ApiError
 from pipkie.serve.parsing import JSON_FIELDS, parse_extract, parse_keys, replay
-from pipkie.model.template import DocumentTooLong, TemplateBuilder
 from tests.test_loaders import make_text_pdf
 
 EXAMPLES = int(os.environ.get("PIPKIE_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-CODES = {"unreadable_document", "unsupported_type", "empty_document", "invalid_words", "too_many_pages",
-         "too_many_pixels", "too_many_words"}
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+CODES = {
+    "unreadable_document",
+    "unsupported_type",
+    "empty_document",
+    "invalid_words",
+    "too_many_pages",
+    "too_many_pixels",
+    "too_many_words",
+}
 LIMITS = {"max_pages": 4, "max_pixels": 4_000_000, "max_words": 300}
 KEY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]*$")
 
@@ -67,19 +78,28 @@ def _image(fmt: str, **kw) -> bytes:
     return buf.getvalue()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def seeds() -> dict[str, tuple[bytes, str, str | None]]:
     """One small valid file of every accepted type: (bytes, name, content type)."""
     tiff = io.BytesIO()
     Image.new("L", (40, 30), 255).save(tiff, "TIFF", save_all=True, append_images=[Image.new("L", (30, 40), 0)])
-    words = {"id": "w", "words": [{"text": "TOTAL", "box": [10, 10, 90, 30]}, {"text": "9.90", "box": [100, 10, 160, 30],
-                                                                           "page": 1}], "page_sizes": [[200, 100]] * 2}
+    words = {
+        "id": "w",
+        "words": [{"text": "TOTAL", "box": [10, 10, 90, 30]}, {"text": "9.90", "box": [100, 10, 160, 30], "page": 1}],
+        "page_sizes": [[200, 100]] * 2,
+    }
     return {
-        "png": (_image("PNG"), "a.png", "image/png"), "jpeg": (_image("JPEG"), "a.jpg", "image/jpeg"),
-        "gif": (_image("GIF"), "a.gif", "image/gif"), "bmp": (_image("BMP"), "a.bmp", "image/bmp"),
-        "webp": (_image("WEBP"), "a.webp", "image/webp"), "tiff": (tiff.getvalue(), "a.tiff", "image/tiff"),
-        "pdf": (make_text_pdf([[(72, 700, 12, "INVOICE 7"), (72, 300, 12, "TOTAL 9.90")], [(72, 700, 12, "p2")]]),
-                "a.pdf", "application/pdf"),
+        "png": (_image("PNG"), "a.png", "image/png"),
+        "jpeg": (_image("JPEG"), "a.jpg", "image/jpeg"),
+        "gif": (_image("GIF"), "a.gif", "image/gif"),
+        "bmp": (_image("BMP"), "a.bmp", "image/bmp"),
+        "webp": (_image("WEBP"), "a.webp", "image/webp"),
+        "tiff": (tiff.getvalue(), "a.tiff", "image/tiff"),
+        "pdf": (
+            make_text_pdf([[(72, 700, 12, "INVOICE 7"), (72, 300, 12, "TOTAL 9.90")], [(72, 700, 12, "p2")]]),
+            "a.pdf",
+            "application/pdf",
+        ),
         "json": (json.dumps(words).encode(), "a.json", "application/json"),
         "box": (b"10,10,90,10,90,30,10,30,TOTAL\n100,10,160,10,160,30,100,30,9.90\n", "a.txt", "text/plain"),
         "text": ("Invoice 7\nTotal: 9,90 €\n".encode(), "a.txt", "text/plain"),
@@ -87,8 +107,15 @@ def seeds() -> dict[str, tuple[bytes, str, str | None]]:
 
 
 NAMES = ["upload", "x.png", "x.jpg", "x.pdf", "x.json", "x.txt", "x.tiff", "x.bin"]
-TYPES = [None, "application/octet-stream", "image/png", "image/jpeg", "application/pdf", "application/json",
-         "text/plain"]
+TYPES = [
+    None,
+    "application/octet-stream",
+    "image/png",
+    "image/jpeg",
+    "application/pdf",
+    "application/json",
+    "text/plain",
+]
 
 
 @st.composite
@@ -102,11 +129,11 @@ def mutated_files(draw):
         if op == "truncate":
             del data[i:]
         elif op == "overwrite" and data:
-            data[i:i + 1] = bytes([draw(st.integers(0, 255))])
+            data[i : i + 1] = bytes([draw(st.integers(0, 255))])
         elif op == "insert":
             data[i:i] = draw(st.binary(min_size=1, max_size=16))
         else:
-            del data[i:i + draw(st.integers(1, 64))]
+            del data[i : i + draw(st.integers(1, 64))]
     name = draw(st.sampled_from([name, *NAMES]))
     ctype = draw(st.sampled_from([ctype, *TYPES]))
     return bytes(data), name, ctype
@@ -141,8 +168,23 @@ def test_loaders_survive_mutated_files(sample):
 
 
 @FUZZ
-@given(st.binary(max_size=2048), st.sampled_from(NAMES), st.sampled_from(TYPES), st.sampled_from(
-    [b"", b"%PDF-1.4\n", b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"GIF89a", b"{\"words\": ", b"1,2,3,4,5,6,7,8,"]))
+@given(
+    st.binary(max_size=2048),
+    st.sampled_from(NAMES),
+    st.sampled_from(TYPES),
+    st.sampled_from(
+        [
+            b"",
+            b"%PDF-1.4\n",
+            b"\x89PNG\r\n\x1a\n",
+            b"\xff\xd8\xff",
+            b"II*\x00",
+            b"GIF89a",
+            b'{"words": ',
+            b"1,2,3,4,5,6,7,8,",
+        ]
+    ),
+)
 def test_loaders_survive_random_bytes(data, name, ctype, magic):
     check_outcome(load_or_error(magic + data, name, ctype), name)
 
@@ -151,27 +193,59 @@ def test_loaders_survive_random_bytes(data, name, ctype, magic):
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12)
-key_names = st.text(max_size=70) | st.sampled_from(["total", "Total", " total ", "a,b", "", " ", "to:tal", "ümlaut",
-                                                    "x" * 65, "date.of-issue 2"])
-properties = st.dictionaries(key_names, st.fixed_dictionaries({}, optional={
-    "type": st.sampled_from(["string", "integer", ["string", "null"], ["null"], [1], None]) | json_values,
-    "maxLength": st.integers(-5, 5000) | json_values, "x-max-tokens": st.integers(-5, 500) | json_values,
-    "description": st.text(max_size=300) | json_values,
-    "anyOf": st.lists(st.fixed_dictionaries({"type": st.sampled_from(["string", "null", "number"])}), max_size=3)
-    | json_values}) | json_values, max_size=12)
+    max_leaves=12,
+)
+key_names = st.text(max_size=70) | st.sampled_from(
+    ["total", "Total", " total ", "a,b", "", " ", "to:tal", "ümlaut", "x" * 65, "date.of-issue 2"]
+)
+properties = st.dictionaries(
+    key_names,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "type": st.sampled_from(["string", "integer", ["string", "null"], ["null"], [1], None]) | json_values,
+            "maxLength": st.integers(-5, 5000) | json_values,
+            "x-max-tokens": st.integers(-5, 500) | json_values,
+            "description": st.text(max_size=300) | json_values,
+            "anyOf": st.lists(
+                st.fixed_dictionaries({"type": st.sampled_from(["string", "null", "number"])}), max_size=3
+            )
+            | json_values,
+        },
+    )
+    | json_values,
+    max_size=12,
+)
 good_names = st.from_regex(r"\A[A-Za-z0-9_][A-Za-z0-9_.\- ]{0,20}\Z")
-good_properties = st.dictionaries(good_names, st.fixed_dictionaries({"type": st.sampled_from(["string", ["string", "null"]])},
-                                  optional={"maxLength": st.integers(1, 300), "description": st.text(max_size=50)}),
-                                  min_size=1, max_size=10)
-schemas = st.none() | json_values | st.builds(lambda p: {"type": "object", "properties": p}, properties | good_properties)
-keys_values = (st.none() | st.text(max_size=200) | st.lists(key_names | json_values, max_size=70) | json_values
-               | st.lists(good_names, min_size=1, max_size=12) | st.lists(good_names, max_size=12).map(",".join))
+good_properties = st.dictionaries(
+    good_names,
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["string", ["string", "null"]])},
+        optional={"maxLength": st.integers(1, 300), "description": st.text(max_size=50)},
+    ),
+    min_size=1,
+    max_size=10,
+)
+schemas = (
+    st.none() | json_values | st.builds(lambda p: {"type": "object", "properties": p}, properties | good_properties)
+)
+keys_values = (
+    st.none()
+    | st.text(max_size=200)
+    | st.lists(key_names | json_values, max_size=70)
+    | json_values
+    | st.lists(good_names, min_size=1, max_size=12)
+    | st.lists(good_names, max_size=12).map(",".join)
+)
 
 
 @FUZZ
-@given(st.tuples(keys_values, st.none()) | st.tuples(st.none(), schemas | schemas.map(json.dumps))
-       | st.tuples(keys_values, schemas), st.integers(1, 64))
+@given(
+    st.tuples(keys_values, st.none())
+    | st.tuples(st.none(), schemas | schemas.map(json.dumps))
+    | st.tuples(keys_values, schemas),
+    st.integers(1, 64),
+)
 def test_keys_and_schemas_are_read_or_refused(spec, max_keys):
     keys, schema = spec
     try:
@@ -186,28 +260,53 @@ def test_keys_and_schemas_are_read_or_refused(spec, max_keys):
 
 
 # ---- templates ----------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def builder(max_length: int, default_budget: int, slot_tokens: int, field_blocks: bool, copy: bool) -> TemplateBuilder:
     from pipkie.model.template import SPECIAL_TOKENS
     from pipkie.train.tokenizer import train_tokenizer
 
-    tok = train_tokenizer(["TOTAL 9.90 Invoice company date address unknown : \n ümlaut 12/03/2019"] * 20,
-                          vocab_size=300, special=list(SPECIAL_TOKENS))  # one per builder: slot tokens differ
-    return TemplateBuilder(tok, max_length=max_length, default_budget=default_budget, slot_tokens=slot_tokens,
-                           field_blocks=field_blocks, copy=copy)
+    tok = train_tokenizer(
+        ["TOTAL 9.90 Invoice company date address unknown : \n ümlaut 12/03/2019"] * 20,
+        vocab_size=300,
+        special=list(SPECIAL_TOKENS),
+    )  # one per builder: slot tokens differ
+    return TemplateBuilder(
+        tok,
+        max_length=max_length,
+        default_budget=default_budget,
+        slot_tokens=slot_tokens,
+        field_blocks=field_blocks,
+        copy=copy,
+    )
 
 
-valid_keys = st.lists(st.builds(Key, st.from_regex(r"\A[A-Za-z0-9_][A-Za-z0-9_.\- ]{0,15}\Z"),
-                                st.none() | st.text(max_size=40),
-                                st.none() | st.integers(1, 40), st.none() | st.integers(1, 80)),
-                      min_size=1, max_size=8, unique_by=lambda k: k.name.strip())
+valid_keys = st.lists(
+    st.builds(
+        Key,
+        st.from_regex(r"\A[A-Za-z0-9_][A-Za-z0-9_.\- ]{0,15}\Z"),
+        st.none() | st.text(max_size=40),
+        st.none() | st.integers(1, 40),
+        st.none() | st.integers(1, 80),
+    ),
+    min_size=1,
+    max_size=8,
+    unique_by=lambda k: k.name.strip(),
+)
 
 
 @FUZZ
-@given(keys=valid_keys, text=st.text(max_size=300) | st.text(min_size=300, max_size=3000), values=st.none() | st.dictionaries(st.text(max_size=10),
-       st.none() | st.text(max_size=60), max_size=4), config=st.tuples(
-       st.sampled_from([48, 128, 512, 1024]), st.sampled_from([1, 4, 16]), st.sampled_from([0, 4]), st.booleans(),
-       st.booleans()))
+@given(
+    keys=valid_keys,
+    text=st.text(max_size=300) | st.text(min_size=300, max_size=3000),
+    values=st.none() | st.dictionaries(st.text(max_size=10), st.none() | st.text(max_size=60), max_size=4),
+    config=st.tuples(
+        st.sampled_from([48, 128, 512, 1024]),
+        st.sampled_from([1, 4, 16]),
+        st.sampled_from([0, 4]),
+        st.booleans(),
+        st.booleans(),
+    ),
+)
 def test_templates_fit_or_refuse(keys, text, values, config):
     b = builder(*config)
     schema = KeySchema(tuple(keys))
@@ -233,30 +332,66 @@ def test_templates_fit_or_refuse(keys, text, values, config):
 
 
 # ---- request parsing ----------------------------------------------------------------------------
-words = st.lists(st.fixed_dictionaries(
-    {"text": st.text(max_size=12), "box": st.lists(st.integers(0, 1000), min_size=4, max_size=4)
-     | st.lists(st.integers(-5, 1005) | st.floats(), max_size=9)},
-    optional={"page": st.integers(-1, 6) | json_values}) | json_values, max_size=40)
-plausible = st.builds(lambda doc, extra: {**doc, **extra}, st.fixed_dictionaries({"words": words}) | st.fixed_dictionaries(
-    {"text": st.text(max_size=200)}), st.fixed_dictionaries({}, optional={
-        "keys": st.lists(good_names, min_size=1, max_size=10), "decode": st.sampled_from(["pip", "ar-free", "ar-forced"]),
-        "refine_steps": st.integers(0, 8), "id": st.text(max_size=20), "normalized": st.booleans(),
-        "page_sizes": st.lists(st.lists(st.integers(1, 3000), min_size=2, max_size=2), max_size=5)}))
-bodies = plausible | st.fixed_dictionaries({}, optional={
-    "words": words, "text": st.text(max_size=200) | json_values, "page_sizes": st.lists(
-        st.lists(st.integers(-1, 3000), min_size=2, max_size=2) | json_values, max_size=6) | json_values,
-    "normalized": st.booleans() | json_values, "keys": keys_values, "schema": schemas,
-    "decode": st.sampled_from(["pip", "ar-free", "ar-forced", "ar", "beam", ""]) | json_values,
-    "refine_steps": st.integers(-2, 12) | json_values, "id": st.text(max_size=30) | json_values}) | st.dictionaries(
-    st.sampled_from(sorted(JSON_FIELDS)) | st.text(max_size=8), json_values, max_size=6)
+words = st.lists(
+    st.fixed_dictionaries(
+        {
+            "text": st.text(max_size=12),
+            "box": st.lists(st.integers(0, 1000), min_size=4, max_size=4)
+            | st.lists(st.integers(-5, 1005) | st.floats(), max_size=9),
+        },
+        optional={"page": st.integers(-1, 6) | json_values},
+    )
+    | json_values,
+    max_size=40,
+)
+plausible = st.builds(
+    lambda doc, extra: {**doc, **extra},
+    st.fixed_dictionaries({"words": words}) | st.fixed_dictionaries({"text": st.text(max_size=200)}),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "keys": st.lists(good_names, min_size=1, max_size=10),
+            "decode": st.sampled_from(["pip", "ar-free", "ar-forced"]),
+            "refine_steps": st.integers(0, 8),
+            "id": st.text(max_size=20),
+            "normalized": st.booleans(),
+            "page_sizes": st.lists(st.lists(st.integers(1, 3000), min_size=2, max_size=2), max_size=5),
+        },
+    ),
+)
+bodies = (
+    plausible
+    | st.fixed_dictionaries(
+        {},
+        optional={
+            "words": words,
+            "text": st.text(max_size=200) | json_values,
+            "page_sizes": st.lists(st.lists(st.integers(-1, 3000), min_size=2, max_size=2) | json_values, max_size=6)
+            | json_values,
+            "normalized": st.booleans() | json_values,
+            "keys": keys_values,
+            "schema": schemas,
+            "decode": st.sampled_from(["pip", "ar-free", "ar-forced", "ar", "beam", ""]) | json_values,
+            "refine_steps": st.integers(-2, 12) | json_values,
+            "id": st.text(max_size=30) | json_values,
+        },
+    )
+    | st.dictionaries(st.sampled_from(sorted(JSON_FIELDS)) | st.text(max_size=8), json_values, max_size=6)
+)
 SETTINGS = ServeSettings(max_pages=4, max_words=300, max_keys=8, max_upload_mb=0.25)
 
 
 def request(body: bytes, content_type: str):
     from starlette.requests import Request
 
-    scope = {"type": "http", "method": "POST", "path": "/extract", "query_string": b"", "state": {},
-             "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/extract",
+        "query_string": b"",
+        "state": {},
+        "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())],
+    }
     return Request(scope, replay(body))
 
 
@@ -288,11 +423,21 @@ def test_json_requests_are_parsed_or_refused(body):
 
 
 @FUZZ
-@given(st.binary(max_size=600) | mutated_files().map(lambda f: f[0][:600]),
-       st.sampled_from(["application/json", "multipart/form-data", "multipart/form-data; boundary=x",
-                        "multipart/form-data; boundary=" + "b" * 80]))
+@given(
+    st.binary(max_size=600) | mutated_files().map(lambda f: f[0][:600]),
+    st.sampled_from(
+        [
+            "application/json",
+            "multipart/form-data",
+            "multipart/form-data; boundary=x",
+            "multipart/form-data; boundary=" + "b" * 80,
+        ]
+    ),
+)
 def test_raw_bodies_are_parsed_or_refused(raw, content_type):
     if content_type.endswith("boundary=x"):  # a well-framed form around the bytes, as a file upload
-        raw = (b'--x\r\nContent-Disposition: form-data; name="file"; filename="f.bin"\r\n'
-               b"Content-Type: application/octet-stream\r\n\r\n" + raw + b"\r\n--x--\r\n")
+        raw = (
+            b'--x\r\nContent-Disposition: form-data; name="file"; filename="f.bin"\r\n'
+            b"Content-Type: application/octet-stream\r\n\r\n" + raw + b"\r\n--x--\r\n"
+        )
     parse_and_load(raw, content_type)

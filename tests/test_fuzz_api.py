@@ -28,8 +28,13 @@ from tests.test_extract import tiny_extractor, tiny_model_dir  # noqa: F401
 
 EXAMPLES = int(os.environ.get("PIPKIE_FUZZ_EXAMPLES", "25"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
-TARGETS = [("/health", "GET", None), ("/metrics", "GET", None), ("/extract", "POST", "application/json"),
-           ("/extract", "POST", "multipart/form-data"), ("/render", "POST", "multipart/form-data")]
+TARGETS = [
+    ("/health", "GET", None),
+    ("/metrics", "GET", None),
+    ("/extract", "POST", "application/json"),
+    ("/extract", "POST", "multipart/form-data"),
+    ("/render", "POST", "multipart/form-data"),
+]
 
 
 class OneWordOCR:
@@ -44,8 +49,16 @@ class OneWordOCR:
 @pytest.fixture(scope="module")
 def api(tiny_extractor):
     # small limits, so that generated requests reach them too
-    app = create_app(tiny_extractor, max_upload_mb=0.5, max_words=200, max_pages=3, max_keys=8, max_pixels=2_000_000,
-                     request_timeout_s=20, ocr_seconds=0.05)
+    app = create_app(
+        tiny_extractor,
+        max_upload_mb=0.5,
+        max_words=200,
+        max_pages=3,
+        max_keys=8,
+        max_pixels=2_000_000,
+        request_timeout_s=20,
+        ocr_seconds=0.05,
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(loaders, "get_engine", lambda name="rapidocr", threads=1: OneWordOCR())
         yield schemathesis.openapi.from_asgi("/openapi.json", app)
@@ -60,14 +73,19 @@ def test_the_schema_covers_every_endpoint(api):
 CASES = [(*t, GenerationMode.POSITIVE) for t in TARGETS] + [(*t, GenerationMode.NEGATIVE) for t in TARGETS[2:]]
 
 
-@pytest.mark.parametrize("path, method, media_type, mode", CASES,
-                         ids=[f"{m} {p} {t or ''} {g.value}" for p, m, t, g in CASES])
+@pytest.mark.parametrize(
+    "path, method, media_type, mode", CASES, ids=[f"{m} {p} {t or ''} {g.value}" for p, m, t, g in CASES]
+)
 def test_every_endpoint_answers_within_its_contract(api, path, method, media_type, mode):
     operation = api[path][method]
 
     @given(case=operation.as_strategy(mode, media_type=media_type))
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+    )
     def check(case):
         response = case.call()
         case.validate_response(response, checks=CHECKS)

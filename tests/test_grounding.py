@@ -93,9 +93,13 @@ def test_no_match_is_empty(small):
 
 def test_word_level_ocr_words_span_lines():
     words = [
-        Word("TOTAL", (50, 500, 150, 520)), Word("RM", (600, 500, 650, 520)), Word("12.50", (660, 500, 750, 520)),
-        Word("Lot", (50, 100, 100, 120)), Word("5,", (110, 100, 140, 120)),
-        Word("Jalan", (50, 130, 120, 150)), Word("Besar", (130, 130, 200, 150)),
+        Word("TOTAL", (50, 500, 150, 520)),
+        Word("RM", (600, 500, 650, 520)),
+        Word("12.50", (660, 500, 750, 520)),
+        Word("Lot", (50, 100, 100, 120)),
+        Word("5,", (110, 100, 140, 120)),
+        Word("Jalan", (50, 130, 120, 150)),
+        Word("Besar", (130, 130, 200, 150)),
     ]
     doc = Document("d", words=words)
     assert [w.text for w in ground("Lot 5, Jalan Besar", doc)] == ["Lot", "5,", "Jalan", "Besar"]
@@ -121,7 +125,9 @@ def test_draw_boxes_and_labels(tmp_path, small):
     drawn = Image.open(out).convert("RGB")
     assert drawn.size == (720, 340)
     x0, y0, x1, y1 = results["total"][1][0].box  # RM6.90 at (300,150)-(360,170) of 360x170
-    assert drawn.getpixel((int(x0 * 0.72) + 1, int((y0 + y1) / 2 * 0.34))) == Image.new("RGB", (1, 1), PALETTE[1]).getpixel((0, 0))
+    assert drawn.getpixel((int(x0 * 0.72) + 1, int((y0 + y1) / 2 * 0.34))) == Image.new(
+        "RGB", (1, 1), PALETTE[1]
+    ).getpixel((0, 0))
     colours = {c for _, c in drawn.getcolors(1 << 20)}
     assert Image.new("RGB", (1, 1), PALETTE[0]).getpixel((0, 0)) in colours  # company box + label
 

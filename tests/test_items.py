@@ -7,11 +7,11 @@ import pytest
 import torch
 from pydantic import BaseModel, Field
 
-from pipkie.model.attention import GROUP_BLOCK, build_attention_mask
 from pipkie.decoding.pip import FieldResult, _collect, pip_decode
+from pipkie.model.attention import GROUP_BLOCK, build_attention_mask
 from pipkie.model.groups import ItemsResult, collect, items_budgets
-from pipkie.schema import Group, Key, KeySchema, SchemaError
 from pipkie.model.template import TemplateBuilder
+from pipkie.schema import Group, Key, KeySchema, SchemaError
 from pipkie.train.instances import collate, kv_instance
 from tests.conftest import tiny_model
 
@@ -41,30 +41,66 @@ def test_shorthand_json_schema_and_pydantic_agree(tmp_path):
     p = tmp_path / "s.json"
     p.write_text(json.dumps(Receipt.model_json_schema()))
     assert KeySchema.parse(str(p)) == from_model
-    plain = {"properties": {"lines": {"type": ["array", "null"], "maxItems": 5,
-                                      "items": {"type": "object", "properties": {"name": {"type": "string"}}}}}}
+    plain = {
+        "properties": {
+            "lines": {
+                "type": ["array", "null"],
+                "maxItems": 5,
+                "items": {"type": "object", "properties": {"name": {"type": "string"}}},
+            }
+        }
+    }
     assert KeySchema.parse(plain).groups == (Group("lines", (Key("name"),), 5),)
     assert len(short) == 5  # flat keys + the list's fields: what a key limit counts
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("items[name,price", "not closed"),
-    ("items]name", "closes no"),
-    ("items[]", "no fields"),
-    ("[name,price]", "not a list"),
-    ("items[name[x]]", "not a list"),
-    ("items[name,name]", "twice"),
-    ("items,items[name]", "twice"),
-    ("items[to:tal]", "characters other"),
-    ({"properties": {"items": {"type": "array"}}}, "needs 'items'"),
-    ({"properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
-        "sub": {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "string"}}}}}}}}},
-     "one level"),
-    ({"properties": {"items": {"type": "array", "maxItems": 0, "items": {"type": "object", "properties": {
-        "n": {"type": "string"}}}}}}, "maxItems"),
-    ({"properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Nope"}}}}, "cannot follow"),
-    ({"properties": {"n": {"type": "integer"}}}, "must be a string"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("items[name,price", "not closed"),
+        ("items]name", "closes no"),
+        ("items[]", "no fields"),
+        ("[name,price]", "not a list"),
+        ("items[name[x]]", "not a list"),
+        ("items[name,name]", "twice"),
+        ("items,items[name]", "twice"),
+        ("items[to:tal]", "characters other"),
+        ({"properties": {"items": {"type": "array"}}}, "needs 'items'"),
+        (
+            {
+                "properties": {
+                    "items": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "sub": {
+                                    "type": "array",
+                                    "items": {"type": "object", "properties": {"x": {"type": "string"}}},
+                                }
+                            },
+                        },
+                    }
+                }
+            },
+            "one level",
+        ),
+        (
+            {
+                "properties": {
+                    "items": {
+                        "type": "array",
+                        "maxItems": 0,
+                        "items": {"type": "object", "properties": {"n": {"type": "string"}}},
+                    }
+                }
+            },
+            "maxItems",
+        ),
+        ({"properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Nope"}}}}, "cannot follow"),
+        ({"properties": {"n": {"type": "integer"}}}, "must be a string"),
+    ],
+)
 def test_list_schema_errors(spec, message):
     with pytest.raises(SchemaError, match=message):
         KeySchema.parse(spec)
@@ -78,20 +114,24 @@ def test_group_template_layout_targets_and_blocks(tokenizer):
     b = TemplateBuilder(tokenizer, max_length=256, default_budget=4, field_blocks=True)
     enc = b.pip(DOC, SCHEMA, {"total": "15/5", "items": ITEMS})
     flat = b.pip(DOC, KeySchema((Key("total"),)), {"total": "15/5"})
-    assert enc.input_ids[:len(flat.input_ids)] == flat.input_ids  # the flat part is the flat template
+    assert enc.input_ids[: len(flat.input_ids)] == flat.input_ids  # the flat part is the flat template
     assert [(f.key, f.group, f.item, f.field) for f in enc.fields][1:3] == [
-        ("items[0].name", "items", 0, "name"), ("items[0].price", "items", 0, "price")]
+        ("items[0].name", "items", 0, "name"),
+        ("items[0].price", "items", 0, "price"),
+    ]
     assert len(enc.fields) == 1 + 3 * 2
     for f in enc.fields[1:]:
-        header = tokenizer.decode(enc.input_ids[f.start - len(b.cached_ids(f"\nitems {f.item + 1} {f.field}:")): f.start])
+        header = tokenizer.decode(
+            enc.input_ids[f.start - len(b.cached_ids(f"\nitems {f.item + 1} {f.field}:")) : f.start]
+        )
         assert header == f"\nitems {f.item + 1} {f.field}:"  # the item's number is in its header
         assert f.length == (5 if f.field == "price" else 16)  # its own budget, else the item default (name: 16)
-    values = [b.decode_value(enc.targets[f.start: f.start + f.length]) for f in enc.fields[1:]]
+    values = [b.decode_value(enc.targets[f.start : f.start + f.length]) for f in enc.fields[1:]]
     assert values == ["berry", "3/1", "cedar", None, None, None]
     c_price = enc.fields[4]  # an empty column answers `unknown`, not the end token
     assert enc.targets[c_price.start] != b.end_id
     surplus = enc.fields[5:]  # the third group: "no more items", every slot the end token
-    assert all(enc.targets[f.start: f.start + f.length] == [b.end_id] * f.length for f in surplus)
+    assert all(enc.targets[f.start : f.start + f.length] == [b.end_id] * f.length for f in surplus)
     blocks = [enc.blocks[f.start - enc.prefix_len] for f in enc.fields]
     assert blocks == [1] + [GROUP_BLOCK + 1] * 2 + [GROUP_BLOCK + 2] * 2 + [GROUP_BLOCK + 3] * 2
     assert enc.prefix_len + b.template_length(SCHEMA) == len(enc.input_ids)
@@ -103,19 +143,23 @@ def test_default_item_budget_fits_the_context(tokenizer):
     assert items_budgets(large, schema) == [24]  # DEFAULT_ITEMS when there is room
     k = items_budgets(small, schema)[0]
     assert 1 <= k < 24 and small.template_length(schema) <= 256 < small.template_length(
-        KeySchema(schema.keys, (Group("items", schema.groups[0].fields, k + 1),)))
+        KeySchema(schema.keys, (Group("items", schema.groups[0].fields, k + 1),))
+    )
 
 
 def test_ar_answer_writes_items_and_the_stop(tokenizer):
     b = TemplateBuilder(tokenizer, max_length=256, default_budget=6)
     enc = b.ar(DOC, SCHEMA, {"total": "15/5", "items": ITEMS})
-    answer = tokenizer.decode(enc.input_ids[enc.prefix_len:]).replace(" ", "")
-    assert answer == ("\ntotal:15/5<|pip_end|>\nitems1name:berry<|pip_end|>\nitems1price:3/1<|pip_end|>"
-                      "\nitems2name:cedar<|pip_end|>\nitems2price:unknown<|pip_end|>\nitems3name:<|pip_end|>"
-                      + tokenizer.eos_token)
+    answer = tokenizer.decode(enc.input_ids[enc.prefix_len :]).replace(" ", "")
+    assert answer == (
+        "\ntotal:15/5<|pip_end|>\nitems1name:berry<|pip_end|>\nitems1price:3/1<|pip_end|>"
+        "\nitems2name:cedar<|pip_end|>\nitems2price:unknown<|pip_end|>\nitems3name:<|pip_end|>" + tokenizer.eos_token
+    )
     assert "items[name, price]" in tokenizer.decode(b.key_list(SCHEMA))
     full = b.ar(DOC, SCHEMA, {"total": "1/1", "items": ITEMS + ITEMS})  # 4 items, 3 fit: no stop header
-    assert "items 4" not in tokenizer.decode(full.input_ids) and len(full.input_ids) - full.prefix_len <= b.ar_reserved(SCHEMA)
+    assert "items 4" not in tokenizer.decode(full.input_ids) and len(full.input_ids) - full.prefix_len <= b.ar_reserved(
+        SCHEMA
+    )
 
 
 # ---- attention ---------------------------------------------------------------------------------
@@ -125,11 +169,23 @@ def test_group_attention_sees_document_itself_and_previous_group_only(tokenizer)
     b = TemplateBuilder(tokenizer, max_length=512, default_budget=3, field_blocks=True)
     model = tiny_model(tokenizer)
     schema = KeySchema((Key("total"),), (Group("items", (Key("name", max_tokens=2), Key("price", max_tokens=2)), 3),))
-    inst = kv_instance(b, DOC, {"total": "15/5", "items": ITEMS}, [KeySchema.parse("total"), schema, schema],
-                       objective="pip", rng=random.Random(0))
+    inst = kv_instance(
+        b,
+        DOC,
+        {"total": "15/5", "items": ITEMS},
+        [KeySchema.parse("total"), schema, schema],
+        objective="pip",
+        rng=random.Random(0),
+    )
     batch = collate([inst], b.pad_id, end_id=b.end_id)
-    m = build_attention_mask(model, "prefix_causal", batch["attention_mask"], query_length=batch["input_ids"].shape[1],
-                             block_ids=batch["block_ids"], position_ids=batch["position_ids"])
+    m = build_attention_mask(
+        model,
+        "prefix_causal",
+        batch["attention_mask"],
+        query_length=batch["input_ids"].shape[1],
+        block_ids=batch["block_ids"],
+        position_ids=batch["position_ids"],
+    )
     m = (m[0, 0] if m.dtype == torch.bool else m[0, 0] == 0)[: len(inst.ids), : len(inst.ids)]
     block = torch.tensor(inst.block)
     chains = sorted({int(x) for x in block if x > GROUP_BLOCK})
@@ -156,14 +212,23 @@ def test_group_mask_equals_transformers_vmap_path(tokenizer, attn):
 
     model = tiny_model(tokenizer, attn=attn)
     g = GROUP_BLOCK
-    block = torch.tensor([[0, 0, 0, 1, 1, g + 1, g + 1, g + 2, g + 2, g + 3], [0, 0, g + 1, g + 2, g + 2, g + 4, g + 5, 0, 0, 0]])
+    block = torch.tensor(
+        [[0, 0, 0, 1, 1, g + 1, g + 1, g + 2, g + 2, g + 3], [0, 0, g + 1, g + 2, g + 2, g + 4, g + 5, 0, 0, 0]]
+    )
     attn_mask = torch.tensor([[1] * 10, [1] * 7 + [0] * 3])
     pos = attn_mask.cumsum(-1) - 1
     ours = build_attention_mask(model, "prefix_causal", attn_mask, query_length=10, block_ids=block, position_ids=pos)
     probe = torch.empty(2, 10, 1, dtype=model.dtype)
-    ref = create_causal_mask(config=model.config, inputs_embeds=probe, attention_mask=attn_mask, cache=None,
-                             position_ids=pos, or_mask_function=extra_pattern("prefix_causal", block),
-                             and_mask_function=isolated_template_blocks(block), allow_is_causal_skip=False)
+    ref = create_causal_mask(
+        config=model.config,
+        inputs_embeds=probe,
+        attention_mask=attn_mask,
+        cache=None,
+        position_ids=pos,
+        or_mask_function=extra_pattern("prefix_causal", block),
+        and_mask_function=isolated_template_blocks(block),
+        allow_is_causal_skip=False,
+    )
     assert torch.equal(ours, ref)
     seen = ours[1, 0] if ours.dtype == torch.bool else ours[1, 0] == 0
     assert seen[3, 2] and not seen[2, 3] and not seen[5, 4] and seen[6, 5]  # g+4 is a chain's first
@@ -198,10 +263,20 @@ def test_collect_stops_at_the_first_group_that_says_no_more(tokenizer):
     b = TemplateBuilder(tokenizer, default_budget=3)
     g = Group("items", (Key("name"), Key("price")))
     berry, price, end, unk = b.value_ids("berry", 5), b.value_ids("3/1", 5), [b.end_id], b.value_ids(None, 5)
-    rows = [(0, "name", berry, False), (0, "price", price, False), (1, "name", unk, False), (1, "price", unk, False),
-            (2, "name", end, True), (2, "price", price, False), (3, "name", berry, False)]
-    out = collect(g, [(i, f, FieldResult(b.decode_value(t), 0.5, t), stop) for i, f, t, stop in rows],
-                  lambda: FieldResult(None, 0.0))
+    rows = [
+        (0, "name", berry, False),
+        (0, "price", price, False),
+        (1, "name", unk, False),
+        (1, "price", unk, False),
+        (2, "name", end, True),
+        (2, "price", price, False),
+        (3, "name", berry, False),
+    ]
+    out = collect(
+        g,
+        [(i, f, FieldResult(b.decode_value(t), 0.5, t), stop) for i, f, t, stop in rows],
+        lambda: FieldResult(None, 0.0),
+    )
     assert out.value == [{"name": "berry", "price": "3/1"}] and not out.truncated  # item 1 read nothing: left out
     full = collect(g, [(0, "name", FieldResult("a", 0.9), False)], lambda: FieldResult(None, 0.0))
     assert full.value == [{"name": "a", "price": None}] and full.truncated  # no stop: the list may go on
@@ -228,8 +303,10 @@ def test_ar_free_answer_is_parsed_into_items(tokenizer):
     from pipkie.decoding.ar import parse_free_answer
 
     b = TemplateBuilder(tokenizer, default_budget=4)
-    text = ("\ntotal: 15/5<|pip_end|>\nitems 1 name: berry<|pip_end|>\nitems 1 price: 3/1<|pip_end|>"
-            "\nitems 2 name: cedar<|pip_end|>\nitems 3 name:<|pip_end|>\nitems 4 name: ember<|pip_end|><|endoftext|>")
+    text = (
+        "\ntotal: 15/5<|pip_end|>\nitems 1 name: berry<|pip_end|>\nitems 1 price: 3/1<|pip_end|>"
+        "\nitems 2 name: cedar<|pip_end|>\nitems 3 name:<|pip_end|>\nitems 4 name: ember<|pip_end|><|endoftext|>"
+    )
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     out = parse_free_answer(b, ids, [0.5] * len(ids), ["total"], SCHEMA)
     assert out["total"].value == "15/5"
@@ -281,13 +358,25 @@ def test_split_and_cached_passes_equal_the_one_pass_for_lists(tokenizer):
     doc = encode_document(model, b, DOC, reserve=b.template_length(SCHEMA))
     cached = pip_decode_cached(model, b, doc, SCHEMA, return_logits=True)
     ids = torch.tensor([encs[0].input_ids])
-    full = pip_forward(model, ids, torch.ones_like(ids), _block_ids(encs[:1], ids.shape[1]),
-                       _slot_mask(encs[:1], ids.shape[1]), pattern="prefix_causal")
+    full = pip_forward(
+        model,
+        ids,
+        torch.ones_like(ids),
+        _block_ids(encs[:1], ids.shape[1]),
+        _slot_mask(encs[:1], ids.shape[1]),
+        pattern="prefix_causal",
+    )
     assert (cached - full).abs().max() < 1e-4
     changed = ids.clone()
     last_item = encs[0].fields[-1]
     changed[0, last_item.start] = 7  # a later item's slot changes nothing in an earlier item's
-    other = pip_forward(model, changed, torch.ones_like(ids), _block_ids(encs[:1], ids.shape[1]),
-                        _slot_mask(encs[:1], ids.shape[1]), pattern="prefix_causal")
+    other = pip_forward(
+        model,
+        changed,
+        torch.ones_like(ids),
+        _block_ids(encs[:1], ids.shape[1]),
+        _slot_mask(encs[:1], ids.shape[1]),
+        pattern="prefix_causal",
+    )
     before = sum(f.length for f in encs[0].fields[:5])  # total, items 1 and 2: none sees item 3
     assert torch.equal(other[:before], full[:before]) and not torch.equal(other[before:], full[before:])

@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 from pipkie.cli import app
 from pipkie.data.wildreceipt import items_of, read_wildreceipt
 from pipkie.decoding.pip import FieldResult
-from pipkie.io.document import Document, Word
 from pipkie.eval.gold import gold_items
+from pipkie.eval.metrics import ItemScores, match_items
+from pipkie.io.document import Document, Word
 from pipkie.io.grounding import PALETTE
 from pipkie.model.groups import ItemsResult
-from pipkie.eval.metrics import ItemScores, match_items
 from pipkie.schema import Group, Key, KeySchema
 from tests.test_extract import tiny_model_dir  # noqa: F401  (session fixture)
 
@@ -31,8 +31,12 @@ def run(*args):
 # ---- metrics -----------------------------------------------------------------------------------
 def test_item_scores_known_answers():
     gold = [{"name": "Burger", "price": "9.00"}, {"name": "Coke", "price": "2.50"}, {"name": "Fries", "price": "3.50"}]
-    pred = [{"name": "Coke", "price": "2.00"}, {"name": "Fries", "price": "3.50"}, {"name": "Burgr", "price": "9.00"},
-            {"name": "Tea", "price": "1.00"}]
+    pred = [
+        {"name": "Coke", "price": "2.00"},
+        {"name": "Fries", "price": "3.50"},
+        {"name": "Burgr", "price": "9.00"},
+        {"name": "Tea", "price": "1.00"},
+    ]
     s = ItemScores(("name", "price"))
     assert s.add(pred, gold) == 2  # Fries, and Burgr (name ANLS 5/6 >= 0.8, same price); Coke's price differs
     out = s.summary()
@@ -60,7 +64,9 @@ def test_item_matching_is_one_to_one_and_prefers_equal_prices():
     empty = ItemScores(("name", "price"))
     empty.add([], gold)
     empty.add(None, [])
-    assert empty.summary()["recall"] == 0 and empty.summary()["n_docs"] == 2 and empty.summary()["per_field"]["name"] == 0
+    assert (
+        empty.summary()["recall"] == 0 and empty.summary()["n_docs"] == 2 and empty.summary()["per_field"]["name"] == 0
+    )
 
 
 # ---- WildReceipt and gold items ----------------------------------------------------------------
@@ -69,16 +75,20 @@ def _w(text, x, y):
 
 
 def test_wildreceipt_items_one_per_line():
-    by_key = {"prod_item": [_w("Latte", 100, 100), _w("Soup", 100, 200), _w("Bagel", 100, 500), _w("Tea", 100, 700)],
-              "prod_quantity": [_w("2x", 20, 100), _w("1", 20, 400), _w("3", 20, 600)],
-              "prod_price": [_w("7,00", 800, 100), _w("4,50", 800, 240), _w("3,00", 800, 400), _w("1,00", 800, 700)]}
+    by_key = {
+        "prod_item": [_w("Latte", 100, 100), _w("Soup", 100, 200), _w("Bagel", 100, 500), _w("Tea", 100, 700)],
+        "prod_quantity": [_w("2x", 20, 100), _w("1", 20, 400), _w("3", 20, 600)],
+        "prod_price": [_w("7,00", 800, 100), _w("4,50", 800, 240), _w("3,00", 800, 400), _w("1,00", 800, 700)],
+    }
     # Soup's price is on the next line, which has no name: the same item. "1 … 3,00" follows a priced
     # item: an item of its own without a name. A quantity alone goes with the next line.
-    assert items_of(by_key) == [{"name": "Latte", "quantity": "2x", "price": "7,00"},
-                                {"name": "Soup", "quantity": "", "price": "4,50"},
-                                {"name": "", "quantity": "1", "price": "3,00"},
-                                {"name": "Bagel", "quantity": "", "price": ""},
-                                {"name": "Tea", "quantity": "3", "price": "1,00"}]
+    assert items_of(by_key) == [
+        {"name": "Latte", "quantity": "2x", "price": "7,00"},
+        {"name": "Soup", "quantity": "", "price": "4,50"},
+        {"name": "", "quantity": "1", "price": "3,00"},
+        {"name": "Bagel", "quantity": "", "price": ""},
+        {"name": "Tea", "quantity": "3", "price": "1,00"},
+    ]
     assert items_of({}) == []
 
 
@@ -90,15 +100,31 @@ def test_wildreceipt_dev_maps_products_to_items(shared_data):
     assert len(items) == 14 and items[0] == {"name": "LowenbrauOriginal", "quantity": "4x", "price": "12,00"}
     assert items[9] == {"name": None, "quantity": "1x", "price": "6,90"}  # a line whose name was not labelled
     assert ilio.fields["prod_item"][0] == "LowenbrauOriginal"  # the per-class fields stay as they were
-    assert gold_items(ilio, Group("lines", (Key("product"),)), {"lines": "items", "lines.product": "items.name"})[0] == \
-        {"product": "LowenbrauOriginal"}
+    assert gold_items(ilio, Group("lines", (Key("product"),)), {"lines": "items", "lines.product": "items.name"})[
+        0
+    ] == {"product": "LowenbrauOriginal"}
 
 
 # ---- evaluate ----------------------------------------------------------------------------------
 def test_evaluate_wildreceipt_items(tiny_model_dir, shared_data, tmp_path):  # noqa: F811
     out = tmp_path / "wr.json"
-    res = run("evaluate", "--dataset", "wildreceipt", "--data-dir", shared_data / WR_DEV, "--split", "dev",
-              "--keys", "items[name,quantity,price]", "--model", tiny_model_dir, "--limit", "3", "--json", out)
+    res = run(
+        "evaluate",
+        "--dataset",
+        "wildreceipt",
+        "--data-dir",
+        shared_data / WR_DEV,
+        "--split",
+        "dev",
+        "--keys",
+        "items[name,quantity,price]",
+        "--model",
+        tiny_model_dir,
+        "--limit",
+        "3",
+        "--json",
+        out,
+    )
     assert res.exit_code == 0, res.output
     assert "items: item P" in res.stdout
     result = json.loads(out.read_text())
@@ -121,8 +147,11 @@ LINES = [("Coke", "2", "2.00", 300), ("Fries", "1", "3.50", 600)]
 def _items_words(tmp_path):
     words = [{"text": "CAFE", "box": [100, 50, 300, 80]}]
     for name, qty, price, y in LINES:
-        words += [{"text": qty, "box": [40, y, 80, y + 30]}, {"text": name, "box": [100, y, 300, y + 30]},
-                  {"text": price, "box": [700, y, 800, y + 30]}]
+        words += [
+            {"text": qty, "box": [40, y, 80, y + 30]},
+            {"text": name, "box": [100, y, 300, y + 30]},
+            {"text": price, "box": [700, y, 800, y + 30]},
+        ]
     p = tmp_path / "items.json"
     p.write_text(json.dumps({"words": words, "page_sizes": [[1000, 1000]]}))
     return p
@@ -130,25 +159,40 @@ def _items_words(tmp_path):
 
 def _answer_items(model, builder, texts, schemas, **kw):
     """A stand-in for pip_decode: the items of LINES (grounding and drawing need real answers)."""
-    items = [{"name": FieldResult(n, 0.9), "quantity": FieldResult(q, 0.8), "price": FieldResult(p, 0.7)}
-             for n, q, p, _ in LINES]
-    return [{**{k: FieldResult(None, 0.1) for k in s.names},
-             **{g.name: ItemsResult(items, 0.8, False) for g in s.groups}} for s in schemas]
+    items = [
+        {"name": FieldResult(n, 0.9), "quantity": FieldResult(q, 0.8), "price": FieldResult(p, 0.7)}
+        for n, q, p, _ in LINES
+    ]
+    return [
+        {**{k: FieldResult(None, 0.1) for k in s.names}, **{g.name: ItemsResult(items, 0.8, False) for g in s.groups}}
+        for s in schemas
+    ]
 
 
 def test_extract_prints_items_with_boxes_and_draws_one_colour_per_item(tiny_model_dir, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setattr("pipkie.decoding.pip.pip_decode", _answer_items)
     out = tmp_path / "items.png"
-    res = run("extract", _items_words(tmp_path), "--keys", "total,items[name,quantity,price]", "--model", tiny_model_dir,
-              "--draw", out)
+    res = run(
+        "extract",
+        _items_words(tmp_path),
+        "--keys",
+        "total,items[name,quantity,price]",
+        "--model",
+        tiny_model_dir,
+        "--draw",
+        out,
+    )
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["fields"]["total"]["value"] is None and "lists_truncated" not in d
     items = d["fields"]["items"]
     assert [{k: f["value"] for k, f in it.items()} for it in items] == [
-        {"name": n, "quantity": q, "price": p} for n, q, p, _ in LINES]
+        {"name": n, "quantity": q, "price": p} for n, q, p, _ in LINES
+    ]
     for it, (_, _, _, y) in zip(items, LINES):
-        assert all(f["grounding"] == "exact" and [round(b["y0"] * 1000) for b in f["boxes"]] == [y] for f in it.values())
+        assert all(
+            f["grounding"] == "exact" and [round(b["y0"] * 1000) for b in f["boxes"]] == [y] for f in it.values()
+        )
     with Image.open(out) as im:
         colours = [im.getpixel((100, y + 15)) for *_, y in LINES]  # the left edge of each name's box
     assert colours == [Image.new("RGB", (1, 1), c).getpixel((0, 0)) for c in PALETTE[:2]]
@@ -174,8 +218,11 @@ def test_bad_item_keys_are_usage_errors(tiny_model_dir, tmp_path):  # noqa: F811
 def test_the_service_refuses_lists_with_a_clear_error():
     from pipkie.serve.parsing import ApiError, parse_keys
 
-    schema = {"properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
-        "name": {"type": "string"}}}}}}
+    schema = {
+        "properties": {
+            "items": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}}
+        }
+    }
     with pytest.raises(ApiError, match="not served yet") as e:
         parse_keys(None, schema, 32, ["total"])
     assert e.value.status == 422
@@ -190,16 +237,27 @@ def test_bench_lines_sweep_on_a_tiny_model(tiny_model_dir, tmp_path):  # noqa: F
     text, items = items_receipt(5, random.Random(0))
     assert len(items) == 5 and all(f"{it['quantity']} {it['name']} {it['price']}" in text.split("\n") for it in items)
     out = tmp_path / "lines.json"
-    result = lines_bench(model_path=str(tiny_model_dir), lines=(1, 3), batch_sizes=(1, 2), items_budget=4,
-                         json_path=str(out), plot_dir=str(tmp_path / "plots"), log=lambda *a: None)
+    result = lines_bench(
+        model_path=str(tiny_model_dir),
+        lines=(1, 3),
+        batch_sizes=(1, 2),
+        items_budget=4,
+        json_path=str(out),
+        plot_dir=str(tmp_path / "plots"),
+        log=lambda *a: None,
+    )
     assert json.loads(out.read_text())["lines"] == result["lines"]
     for bs in ("1", "2"):
         pts = result["lines"][bs]
-        assert [p["lines"] for p in pts] == [1, 3] and all(p["items_budget"] == 4 and p["batch"] == int(bs) for p in pts)
+        assert [p["lines"] for p in pts] == [1, 3] and all(
+            p["items_budget"] == 4 and p["batch"] == int(bs) for p in pts
+        )
         for p in pts:
             assert all(p[f"{m}_s"] > 0 and 0 <= p[f"{m}_item_f1"] <= 1 for m in ("pip", "ar-forced", "ar-free"))
             assert math.isclose(p["speedup_vs_ar-free"], p["ar-free_s"] / p["pip_s"]) and p["ar_free_steps"] >= 1
-    assert (tmp_path / "plots" / "speedup_lines.png").exists() and "| 2 | 3 |" in (tmp_path / "plots" / "bench_lines.md").read_text()
+    assert (tmp_path / "plots" / "speedup_lines.png").exists() and "| 2 | 3 |" in (
+        tmp_path / "plots" / "bench_lines.md"
+    ).read_text()
     res = run("bench", "--lines", "1,2", "--lines-items", "2", "--batch", "1", "--model", tiny_model_dir, "--no-sweeps")
     assert res.exit_code == 0, res.output
     assert "| 1 | 2 |" in res.stdout

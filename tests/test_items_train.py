@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipkie.model.attention import GROUP_BLOCK
 from pipkie.data.receipts import generate_invoices, generate_world_receipts
 from pipkie.io.document import serialize
-from pipkie.schema import Group, Key, KeySchema
+from pipkie.model.attention import GROUP_BLOCK
 from pipkie.model.template import TemplateBuilder
+from pipkie.schema import Group, Key, KeySchema
 from pipkie.train.keys import document_items, sample_schemas
 from pipkie.train.mixture import Source, templates
 from tests.conftest import WORDS
@@ -27,7 +27,9 @@ def test_item_templates_ask_for_the_documents_items(tokenizer):
     rng = random.Random(0)
     source = Source("world_receipts", 1.0)
     seen = 0
-    for doc in list(generate_world_receipts(12, seed=3, render=False)) + list(generate_invoices(4, seed=3, render=False)):
+    for doc in list(generate_world_receipts(12, seed=3, render=False)) + list(
+        generate_invoices(4, seed=3, render=False)
+    ):
         text = serialize(doc)
         room = b.document_room(len(b.document_ids(text)))
         lines = document_items(doc)
@@ -37,8 +39,11 @@ def test_item_templates_ask_for_the_documents_items(tokenizer):
             assert 1 <= g.max_items and set(values) == set(schema.names) | {g.name}
             items = values[g.name]
             assert len(items) == len(lines) and all(set(it) == set(g.names) for it in items)
-            canon = next(c for c in ("name", "quantity", "unit_price", "price") if
-                         [it[first] for it in items] == [x.get(c) for x in lines])  # a column of the document
+            canon = next(
+                c
+                for c in ("name", "quantity", "unit_price", "price")
+                if [it[first] for it in items] == [x.get(c) for x in lines]
+            )  # a column of the document
             assert canon in lines[0]
             assert b.fit(text, b.template_length(schema)).cut == 0  # the template fits next to the document
             seen += 1
@@ -67,12 +72,28 @@ FLAT_BATCHES = {"pip": "ac871335f6f31b0b", "ar": "2aee8474e817efbe"}
 
 
 def _mixture(shared_data, **extra):
-    return [{"source": "world_receipts", "n": 30, "weight": 1, **extra}, {"source": "invoices", "n": 10, "weight": 1},
-            {"source": "forms", "n": 10, "weight": 0.5}, {"source": "receipts_my", "n": 10, "weight": 0.5},
-            {"source": "dataset", "name": "wildreceipt", "data_dir": str(shared_data / "wildreceipt_dev"), "split": "dev",
-             "weight": 1, "limit": 20},
-            {"source": "dataset", "name": "sroie", "data_dir": str(shared_data / "sroie"), "split": "dev", "weight": 1,
-             "limit": 20}]
+    return [
+        {"source": "world_receipts", "n": 30, "weight": 1, **extra},
+        {"source": "invoices", "n": 10, "weight": 1},
+        {"source": "forms", "n": 10, "weight": 0.5},
+        {"source": "receipts_my", "n": 10, "weight": 0.5},
+        {
+            "source": "dataset",
+            "name": "wildreceipt",
+            "data_dir": str(shared_data / "wildreceipt_dev"),
+            "split": "dev",
+            "weight": 1,
+            "limit": 20,
+        },
+        {
+            "source": "dataset",
+            "name": "sroie",
+            "data_dir": str(shared_data / "sroie"),
+            "split": "dev",
+            "weight": 1,
+            "limit": 20,
+        },
+    ]
 
 
 def _batches(monkeypatch, tmp_path, mixture, objective, steps=4, **cfg_extra):
@@ -85,17 +106,35 @@ def _batches(monkeypatch, tmp_path, mixture, objective, steps=4, **cfg_extra):
         Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
         for step in range(steps):
             bt = make_batch(step)
-            got[step] = [bt["input_ids"].tolist(), bt["block_ids"].tolist(), bt["position_ids"].tolist(),
-                         bt["targets"].tolist(), [(f.row, f.slots.tolist(), f.stream.tolist(), f.targets.tolist())
-                                                  for f in bt.get("copy_fields", [])]]
+            got[step] = [
+                bt["input_ids"].tolist(),
+                bt["block_ids"].tolist(),
+                bt["position_ids"].tolist(),
+                bt["targets"].tolist(),
+                [(f.row, f.slots.tolist(), f.stream.tolist(), f.targets.tolist()) for f in bt.get("copy_fields", [])],
+            ]
         return {}
 
     monkeypatch.setattr(ft, "train", fake_train)
-    cfg = TrainConfig(objective=objective, base="compact", output_dir=str(tmp_path / objective), mixture=mixture,
-                      steps=steps, batch_size=3, threads=1, bf16=False, lora_r=0, tokenizer_vocab=400,
-                      compact=dict(arch="qwen2", hidden=32, layers=1, heads=2, ffn=64), max_length=512,
-                      copy_head=objective == "pip", slot_tokens=8 if objective == "pip" else 0,
-                      field_blocks=objective == "pip", checkpoint_every=10, **cfg_extra)
+    cfg = TrainConfig(
+        objective=objective,
+        base="compact",
+        output_dir=str(tmp_path / objective),
+        mixture=mixture,
+        steps=steps,
+        batch_size=3,
+        threads=1,
+        bf16=False,
+        lora_r=0,
+        tokenizer_vocab=400,
+        compact=dict(arch="qwen2", hidden=32, layers=1, heads=2, ffn=64),
+        max_length=512,
+        copy_head=objective == "pip",
+        slot_tokens=8 if objective == "pip" else 0,
+        field_blocks=objective == "pip",
+        checkpoint_every=10,
+        **cfg_extra,
+    )
     ft.finetune(cfg)
     return got
 
@@ -132,10 +171,15 @@ def make_receipt(rng: random.Random, k: int):
     """A header line, 0..k item lines `name price` (names and prices drawn from their own small
     vocabularies), a total line: the items are the lines between."""
     names, other = WORDS[:10], WORDS[10:]
-    items = [{"name": rng.choice(names), "price": f"{rng.randint(1, 99)}/{rng.randint(1, 9)}"}
-             for _ in range(rng.randint(0, k))]
-    lines = [f"{rng.choice(other)} {rng.choice(other)}", *(f"{it['name']} {it['price']}" for it in items),
-             f"total {rng.randint(1, 99)}/{rng.randint(1, 9)}"]
+    items = [
+        {"name": rng.choice(names), "price": f"{rng.randint(1, 99)}/{rng.randint(1, 9)}"}
+        for _ in range(rng.randint(0, k))
+    ]
+    lines = [
+        f"{rng.choice(other)} {rng.choice(other)}",
+        *(f"{it['name']} {it['price']}" for it in items),
+        f"total {rng.randint(1, 99)}/{rng.randint(1, 9)}",
+    ]
     return "\n".join(lines), items
 
 
@@ -143,9 +187,9 @@ def test_tiny_model_learns_to_list_items(tmp_path):
     """2 layers, 64 wide, copy head, 180 steps (~70 s on one busy core): item F1 >= 0.9 on held-out
     receipts of 0-4 lines, each decoded in one pass with 4 item groups (surplus groups must say "no
     more items"; measured: F1 1.0, every list exactly right)."""
-    from pipkie.model.copyhead import CopyHead, attach
     from pipkie.decoding.pip import pip_decode
     from pipkie.eval.metrics import ItemScores
+    from pipkie.model.copyhead import CopyHead, attach
     from pipkie.model.template import SPECIAL_TOKENS, slot_token
     from pipkie.train.config import TrainConfig
     from pipkie.train.instances import collate, kv_instance
@@ -154,17 +198,31 @@ def test_tiny_model_learns_to_list_items(tmp_path):
     from tests.conftest import corpus, tiny_model
 
     k = 4
-    tok = train_tokenizer(corpus() + ["company date total address name city code amount unknown items price : \n"],
-                          vocab_size=400,
-                          special=list(SPECIAL_TOKENS) + [slot_token(j) for j in range(5)])
+    tok = train_tokenizer(
+        corpus() + ["company date total address name city code amount unknown items price : \n"],
+        vocab_size=400,
+        special=list(SPECIAL_TOKENS) + [slot_token(j) for j in range(5)],
+    )
     schema = KeySchema((), (Group("items", (Key("name", max_tokens=3), Key("price", max_tokens=5)), k),))
     b = TemplateBuilder(tok, max_length=256, default_budget=4, slot_tokens=5, field_blocks=True, copy=True)
     torch.manual_seed(0)
     model = tiny_model(tok, "qwen2", hidden=64, layers=2, heads=4, ffn=128, slot_tokens=5).train()
     attach(model, CopyHead(64, 32))
-    cfg = TrainConfig(objective="pip", output_dir=str(tmp_path / "items"), steps=180, batch_size=16, lr=2e-3,
-                      head_lr=5e-3, warmup=0, schedule="constant", weight_decay=0.01, threads=torch.get_num_threads(),
-                      bf16=False, checkpoint_every=10**6, lora_r=0)
+    cfg = TrainConfig(
+        objective="pip",
+        output_dir=str(tmp_path / "items"),
+        steps=180,
+        batch_size=16,
+        lr=2e-3,
+        head_lr=5e-3,
+        warmup=0,
+        schedule="constant",
+        weight_decay=0.01,
+        threads=torch.get_num_threads(),
+        bf16=False,
+        checkpoint_every=10**6,
+        lora_r=0,
+    )
 
     def make_batch(step):
         rng = random.Random(step)
@@ -180,7 +238,7 @@ def test_tiny_model_learns_to_list_items(tmp_path):
     docs = [make_receipt(rng, k) for _ in range(48)]
     scores, exact = ItemScores(("name", "price")), 0
     for i in range(0, len(docs), 16):
-        chunk = docs[i: i + 16]
+        chunk = docs[i : i + 16]
         for (_, gold), pred in zip(chunk, pip_decode(model, b, [t for t, _ in chunk], [schema] * len(chunk))):
             scores.add(pred["items"].value, gold)
             exact += pred["items"].value == gold

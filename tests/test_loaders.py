@@ -27,9 +27,7 @@ def make_text_pdf(pages: list[list[tuple[float, float, float, str]]], size=(612,
     objs = [b"<< /Type /Catalog /Pages 2 0 R >>", None, b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
     kids = []
     for runs in pages:
-        stream = b"".join(
-            f"BT /F1 {s} Tf {x} {y} Td ({t}) Tj ET\n".encode("latin-1") for x, y, s, t in runs
-        )
+        stream = b"".join(f"BT /F1 {s} Tf {x} {y} Td ({t}) Tj ET\n".encode("latin-1") for x, y, s, t in runs)
         page_no, content_no = len(objs) + 1, len(objs) + 2
         kids.append(f"{page_no} 0 R")
         objs.append(
@@ -87,10 +85,12 @@ def no_ocr(monkeypatch):
 
 
 def test_pdf_text_layer_gives_words_and_boxes(no_ocr, tmp_path):
-    pdf = make_text_pdf([
-        [(72, 720, 20, "INVOICE No. 4711"), (72, 100, 12, "Total due: 12.50 EUR")],
-        [(306, 396, 10, "Page two")],
-    ])
+    pdf = make_text_pdf(
+        [
+            [(72, 720, 20, "INVOICE No. 4711"), (72, 100, 12, "Total due: 12.50 EUR")],
+            [(306, 396, 10, "Page two")],
+        ]
+    )
     path = tmp_path / "invoice.pdf"
     path.write_bytes(pdf)
     doc = load_document(path)
@@ -115,7 +115,12 @@ def test_pdf_text_boxes_match_the_rendered_page(no_ocr, rotate):
     image = render_pdf_page(pdf, 0, doc.page_sizes[0]).convert("L")
     assert image.size == doc.page_sizes[0]
     ink = Image.eval(image, lambda v: 255 if v < 128 else 0).getbbox()  # the rendered glyphs
-    ink = [ink[0] * 1000 / image.width, ink[1] * 1000 / image.height, ink[2] * 1000 / image.width, ink[3] * 1000 / image.height]
+    ink = [
+        ink[0] * 1000 / image.width,
+        ink[1] * 1000 / image.height,
+        ink[2] * 1000 / image.width,
+        ink[3] * 1000 / image.height,
+    ]
     # the word's (loose, font-height) box contains the ink, give or take a pixel
     assert word.box[0] <= ink[0] + 3 and word.box[1] <= ink[1] + 3
     assert word.box[2] >= ink[2] - 3 and word.box[3] >= ink[3] - 3
@@ -223,9 +228,7 @@ def test_json_words_in_pixels():
     doc = load_document(FIXTURES / "words.json")
     assert doc.id == "two-page-form"
     assert doc.page_sizes == [(800, 1000), (400, 500)]
-    assert [(w.text, w.page) for w in doc.words] == [
-        ("Invoice", 0), ("No.", 0), ("A-17", 0), ("Total", 1), ("9.90", 1)
-    ]
+    assert [(w.text, w.page) for w in doc.words] == [("Invoice", 0), ("No.", 0), ("A-17", 0), ("Total", 1), ("9.90", 1)]
     assert doc.words[0].box == (100, 50, 300, 90)
     assert doc.words[4].box == (750, 800, 900, 850)  # 8 corner coordinates
 
@@ -235,7 +238,12 @@ def test_json_words_normalised_and_errors():
     doc = load_document(json.dumps(words).encode(), filename="w.json")
     assert doc.words[0].box == (10, 20, 110, 40) and doc.page_sizes == []
     # Document.to_dict() output: 0-1000 boxes even though page_sizes is there
-    saved = {"id": "d", "words": [{"text": "x", "box": [1, 2, 3, 4], "page": 0}], "page_sizes": [[50, 50]], "normalized": True}
+    saved = {
+        "id": "d",
+        "words": [{"text": "x", "box": [1, 2, 3, 4], "page": 0}],
+        "page_sizes": [[50, 50]],
+        "normalized": True,
+    }
     assert load_document(json.dumps(saved).encode(), filename="d.json").words[0].box == (1, 2, 3, 4)
     # a .txt holding such JSON is read as words too
     assert load_document(json.dumps(words).encode(), filename="w.txt").words[0].text == "Total"
@@ -258,7 +266,7 @@ def test_text_inputs(tmp_path):
     path.write_text("Dear Sir,\n1, 2, 3 apples cost 4.50.\n")
     doc = load_document(path)
     assert doc.id == "letter" and doc.text.startswith("Dear Sir")
-    assert load_document("Total 5.00".encode(), content_type="text/plain").text == "Total 5.00"
+    assert load_document(b"Total 5.00", content_type="text/plain").text == "Total 5.00"
     # an entities-like JSON in a .txt is text, not words
     assert load_document(b'{"total": "9.90"}', filename="entities.txt").text == '{"total": "9.90"}'
 
@@ -280,8 +288,9 @@ def png_header(width: int, height: int) -> bytes:
 def test_pixel_limit_is_checked_from_the_header(no_ocr):
     from pipkie.io.loaders import LimitExceeded
 
-    with pytest.raises(LimitExceeded, match="huge.png: image is 12000x12000 = 144,000,000 pixels, more than the "
-                                            "limit of 40,000,000") as e:
+    with pytest.raises(
+        LimitExceeded, match="huge.png: image is 12000x12000 = 144,000,000 pixels, more than the limit of 40,000,000"
+    ) as e:
         load_document(png_header(12000, 12000), filename="huge.png")  # would not even decode
     assert e.value.code == "too_many_pixels" and "huge.png" not in e.value.reason
     with pytest.raises(LimitExceeded, match="more than the limit of 100"):
@@ -311,8 +320,13 @@ def test_word_limit_in_every_form(fake_ocr):
     box = b"".join(b"1,1,9,1,9,9,1,9,w%d\n" % i for i in range(6))
     tiff = io.BytesIO()
     Image.new("RGB", (20, 20)).save(tiff, "TIFF", save_all=True, append_images=[Image.new("RGB", (20, 20))] * 5)
-    for data, name in [(json.dumps(words).encode(), "w.json"), (pdf, "p.pdf"), (box, "b.txt"),
-                       (b"one two three four five six", "t.txt"), (tiff.getvalue(), "s.tiff")]:
+    for data, name in [
+        (json.dumps(words).encode(), "w.json"),
+        (pdf, "p.pdf"),
+        (box, "b.txt"),
+        (b"one two three four five six", "t.txt"),
+        (tiff.getvalue(), "s.tiff"),
+    ]:
         with pytest.raises(LimitExceeded, match=f"{name}: 6 words, more than the limit of 5") as e:
             load_document(data, filename=name, max_words=5)
         assert e.value.code == "too_many_words"
@@ -347,8 +361,17 @@ def test_errors_carry_a_code_a_reason_and_the_decoders_detail(fake_ocr):
     assert e.value.code == "empty_document"
 
 
-@pytest.mark.parametrize("box", ["[NaN, 0, 1, 1]", "[Infinity, 0, 1, 1]", "[1e999, 0, 1, 1]", f"[{10**400}, 0, 1, 1]",
-                                 "[true, 0, 1, 1]", '["1", 0, 1, 1]'])
+@pytest.mark.parametrize(
+    "box",
+    [
+        "[NaN, 0, 1, 1]",
+        "[Infinity, 0, 1, 1]",
+        "[1e999, 0, 1, 1]",
+        f"[{10**400}, 0, 1, 1]",
+        "[true, 0, 1, 1]",
+        '["1", 0, 1, 1]',
+    ],
+)
 def test_json_words_refuse_non_numbers(box):
     data = b'{"words": [{"text": "x", "box": %s}], "page_sizes": [[100, 100]]}' % box.encode()
     with pytest.raises(DocumentError, match="box must be") as e:

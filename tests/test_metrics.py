@@ -11,19 +11,22 @@ from pipkie.eval.metrics import Scores, anls_score, loose_exact, score_field, va
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
-@pytest.mark.parametrize("pred,gold,expected", [
-    ("9.00", "9.00", 1.0),
-    ("helo", "hello", 0.8),  # 1 edit / 5 characters
-    ("Hello  World ", "hello world", 1.0),  # case and whitespace normalised
-    ("abc", "xyz", 0.0),
-    ("ab", "abcd", 0.0),  # distance 2/4 = 0.5 reaches the threshold → 0
-    ("abc", "abcd", 0.75),
-    (None, None, 1.0),
-    ("", None, 1.0),
-    (None, "x", 0.0),
-    ("x", None, 0.0),
-    ("acme", ["acme sdn bhd", "acme"], 0.5),  # two gold values, one predicted: 1 / max(1, 2)
-])
+@pytest.mark.parametrize(
+    "pred,gold,expected",
+    [
+        ("9.00", "9.00", 1.0),
+        ("helo", "hello", 0.8),  # 1 edit / 5 characters
+        ("Hello  World ", "hello world", 1.0),  # case and whitespace normalised
+        ("abc", "xyz", 0.0),
+        ("ab", "abcd", 0.0),  # distance 2/4 = 0.5 reaches the threshold → 0
+        ("abc", "abcd", 0.75),
+        (None, None, 1.0),
+        ("", None, 1.0),
+        (None, "x", 0.0),
+        ("x", None, 0.0),
+        ("acme", ["acme sdn bhd", "acme"], 0.5),  # two gold values, one predicted: 1 / max(1, 2)
+    ],
+)
 def test_anls_cases(pred, gold, expected):
     assert anls_score(pred, gold) == pytest.approx(expected)
 
@@ -55,17 +58,20 @@ def test_exact_match_is_case_sensitive_but_trims_whitespace():
     assert out["per_key"]["k"]["anls"] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("pred,gold,expected", [
-    ("ACME LTD | BETA INC", ["ACME LTD", "BETA INC"], 1.0),  # the list a model writes (Document.value)
-    ("BETA INC | ACME LTD", ["ACME LTD", "BETA INC"], 1.0),  # order does not matter
-    ("ACME LTD | ACME LTD", ["ACME LTD", "BETA INC"], 0.5),  # each gold value is matched once
-    ("ACME LTD", ["ACME LTD", "BETA INC"], 0.5),  # a missed value costs like a wrong one
-    ("A1 | B2 | C3", ["A1", "B2"], 2 / 3),  # a surplus value too
-    ("ACME LTX | BETA INC", ["ACME LTD", "BETA INC"], (0.875 + 1) / 2),
-    (["acme ltd", "beta inc"], ["ACME LTD", "BETA INC"], 1.0),  # a list prediction
-    (None, ["ACME LTD", "BETA INC"], 0.0),
-    ("ACME LTD | BETA INC", None, 0.0),
-])
+@pytest.mark.parametrize(
+    "pred,gold,expected",
+    [
+        ("ACME LTD | BETA INC", ["ACME LTD", "BETA INC"], 1.0),  # the list a model writes (Document.value)
+        ("BETA INC | ACME LTD", ["ACME LTD", "BETA INC"], 1.0),  # order does not matter
+        ("ACME LTD | ACME LTD", ["ACME LTD", "BETA INC"], 0.5),  # each gold value is matched once
+        ("ACME LTD", ["ACME LTD", "BETA INC"], 0.5),  # a missed value costs like a wrong one
+        ("A1 | B2 | C3", ["A1", "B2"], 2 / 3),  # a surplus value too
+        ("ACME LTX | BETA INC", ["ACME LTD", "BETA INC"], (0.875 + 1) / 2),
+        (["acme ltd", "beta inc"], ["ACME LTD", "BETA INC"], 1.0),  # a list prediction
+        (None, ["ACME LTD", "BETA INC"], 0.0),
+        ("ACME LTD | BETA INC", None, 0.0),
+    ],
+)
 def test_multi_valued_fields_are_matched_one_to_one(pred, gold, expected):
     assert anls_score(pred, gold) == pytest.approx(expected)
 
@@ -91,13 +97,16 @@ def test_values_split_and_normalise():
     assert values(["", " x "]) == ["x"] and values(None) == [] and values("") == []
 
 
-@pytest.mark.parametrize("pred,gold,expected", [
-    ("KOREAN RESTAURANT", ["KOREANRESTAURANT"], True),  # spaces ignored (WildReceipt has none)
-    ("Korean  restaurant", ["KOREAN RESTAURANT"], True),  # case ignored
-    ("KOREAN RESTAURAN", ["KOREAN RESTAURANT"], False),
-    (None, None, False),  # nothing predicted is never "right"
-    ("B | A", ["A", "B"], True),
-])
+@pytest.mark.parametrize(
+    "pred,gold,expected",
+    [
+        ("KOREAN RESTAURANT", ["KOREANRESTAURANT"], True),  # spaces ignored (WildReceipt has none)
+        ("Korean  restaurant", ["KOREAN RESTAURANT"], True),  # case ignored
+        ("KOREAN RESTAURAN", ["KOREAN RESTAURANT"], False),
+        (None, None, False),  # nothing predicted is never "right"
+        ("B | A", ["A", "B"], True),
+    ],
+)
 def test_loose_exact(pred, gold, expected):
     assert loose_exact(pred, gold) is expected
 
@@ -112,7 +121,10 @@ def test_single_valued_scores_of_published_predictions_are_unchanged(name):
     assert now["anls"] == pytest.approx(published["anls"], abs=1e-12)
     assert now["f1"] == pytest.approx(published["f1"], abs=1e-12)
     for k, v in published["per_key"].items():
-        assert (now["per_key"][k]["anls"], now["per_key"][k]["exact"]) == (pytest.approx(v["anls"]), pytest.approx(v["exact"]))
+        assert (now["per_key"][k]["anls"], now["per_key"][k]["exact"]) == (
+            pytest.approx(v["anls"]),
+            pytest.approx(v["exact"]),
+        )
 
 
 def test_shipped_models_predictions_rescore_to_the_model_cards_numbers():

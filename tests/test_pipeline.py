@@ -11,8 +11,14 @@ from typer.testing import CliRunner
 from pipkie.pipeline import done_files, expand_inputs, extract_files, length_batches
 from tests.test_extract import tiny_extractor, tiny_model_dir  # noqa: F401
 
-LINES = ["Total 9.90", "Company Acme Trading Sdn Bhd", "Date 12/03/2019", "Address 7 Main Street Kuala Lumpur",
-         "TOTAL RM 85.54 VISA GST", "INVOICE NUMBER 12 THANK YOU PLEASE COME AGAIN"]
+LINES = [
+    "Total 9.90",
+    "Company Acme Trading Sdn Bhd",
+    "Date 12/03/2019",
+    "Address 7 Main Street Kuala Lumpur",
+    "TOTAL RM 85.54 VISA GST",
+    "INVOICE NUMBER 12 THANK YOU PLEASE COME AGAIN",
+]
 
 
 def make_folder(root: Path, n: int = 7) -> Path:
@@ -22,8 +28,11 @@ def make_folder(root: Path, n: int = 7) -> Path:
     for i in range(n):
         lines = [LINES[(i + j) % len(LINES)] for j in range(1 + i % 4)]
         if i % 2:
-            words = [{"text": w, "box": [40 * k, 30 * row, 40 * k + 35, 30 * row + 20]}
-                     for row, line in enumerate(lines) for k, w in enumerate(line.split())]
+            words = [
+                {"text": w, "box": [40 * k, 30 * row, 40 * k + 35, 30 * row + 20]}
+                for row, line in enumerate(lines)
+                for k, w in enumerate(line.split())
+            ]
             (folder / f"d{i}.json").write_text(json.dumps({"words": words}))
         else:
             (folder / ("sub" if i == 4 else ".") / f"d{i}.txt").write_text("\n".join(lines) + "\n")
@@ -132,8 +141,11 @@ def test_cli_without_out_still_prints_json_lines(tiny_model_dir, tmp_path):
     from pipkie.cli import app
 
     folder = make_folder(tmp_path, n=3)
-    res = CliRunner().invoke(app, ["extract", str(folder / "*.txt"), str(folder / "d1.json"), "--model",
-                                   str(tiny_model_dir), "--workers", "1"], catch_exceptions=False)
+    res = CliRunner().invoke(
+        app,
+        ["extract", str(folder / "*.txt"), str(folder / "d1.json"), "--model", str(tiny_model_dir), "--workers", "1"],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     printed = [json.loads(line) for line in res.stdout.splitlines()]
     assert [d["document"] for d in printed] == ["d0", "d2", "d1"] and "file" not in printed[0]

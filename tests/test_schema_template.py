@@ -6,8 +6,8 @@ import warnings
 import pytest
 from pydantic import BaseModel, Field
 
+from pipkie.model.template import END, IGNORE, MASK, DocumentTooLong, TemplateBuilder
 from pipkie.schema import Key, KeySchema, SchemaError
-from pipkie.model.template import END, MASK, DocumentTooLong, TemplateBuilder, IGNORE
 from tests.conftest import tiny_model
 
 
@@ -28,19 +28,22 @@ def test_schema_sources_agree(tmp_path):
     assert KeySchema.parse(str(p)).names == from_model.names
 
 
-@pytest.mark.parametrize("spec,message", [
-    ([], "empty"),
-    ("", "blank"),
-    ("a,a", "twice"),
-    ("a,,b", "blank"),
-    (["x" * 65], "characters long"),
-    ("total:", "characters other"),
-    ({"properties": {"n": {"type": "integer"}}}, "must be a string"),
-    ({"type": "object"}, "properties"),
-    ({"properties": {"d": {"type": "string", "maxLength": "ten"}}}, "must be an integer"),
-    ({"properties": {"d": {"type": "string", "maxLength": 0}}}, "between 1 and"),
-    ({"properties": {"d": {"type": "string", "x-max-tokens": 1.5}}}, "must be an integer"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ([], "empty"),
+        ("", "blank"),
+        ("a,a", "twice"),
+        ("a,,b", "blank"),
+        (["x" * 65], "characters long"),
+        ("total:", "characters other"),
+        ({"properties": {"n": {"type": "integer"}}}, "must be a string"),
+        ({"type": "object"}, "properties"),
+        ({"properties": {"d": {"type": "string", "maxLength": "ten"}}}, "must be an integer"),
+        ({"properties": {"d": {"type": "string", "maxLength": 0}}}, "between 1 and"),
+        ({"properties": {"d": {"type": "string", "x-max-tokens": 1.5}}}, "must be an integer"),
+    ],
+)
 def test_schema_errors(spec, message):
     with pytest.raises(SchemaError, match=message):
         KeySchema.parse(spec)
@@ -61,14 +64,18 @@ def test_pip_template_layout_and_targets(tokenizer):
     assert enc.input_ids[enc.prefix_len - 1] == b.answer_id
     assert [(f.key, f.length) for f in enc.fields] == [("company", 5), ("date", 3), ("total", 2)]
     for f in enc.fields:
-        assert enc.input_ids[f.start - len(b.header(f.key)): f.start] == b.header(f.key)
-        assert enc.input_ids[f.start: f.start + f.length] == [b.mask_id] * f.length
+        assert enc.input_ids[f.start - len(b.header(f.key)) : f.start] == b.header(f.key)
+        assert enc.input_ids[f.start : f.start + f.length] == [b.mask_id] * f.length
     c = enc.fields[0]
-    tgt = enc.targets[c.start: c.start + c.length]
+    tgt = enc.targets[c.start : c.start + c.length]
     assert b.decode_value(tgt) == "apple" and tgt[-1] == b.end_id  # value then end tokens
     d = enc.fields[1]
-    assert b.decode_value(enc.targets[d.start: d.start + d.length]) is None  # `unknown` = missing
-    assert tokenizer.decode(enc.targets[d.start: d.start + 1] + enc.targets[d.start + 1: d.start + 2]).strip().startswith("unk")
+    assert b.decode_value(enc.targets[d.start : d.start + d.length]) is None  # `unknown` = missing
+    assert (
+        tokenizer.decode(enc.targets[d.start : d.start + 1] + enc.targets[d.start + 1 : d.start + 2])
+        .strip()
+        .startswith("unk")
+    )
     assert sum(t != IGNORE for t in enc.targets) == 10
 
 
@@ -76,7 +83,7 @@ def test_ar_sequence_matches_template(tokenizer):
     b = TemplateBuilder(tokenizer, default_budget=6)
     schema = KeySchema.parse("company,total")
     enc = b.ar("apple", schema, {"company": "apple berry", "total": "9/1"})
-    answer = enc.input_ids[enc.prefix_len:]
+    answer = enc.input_ids[enc.prefix_len :]
     assert answer[-1] == b.eos_id and answer.count(b.end_id) == 2
     assert enc.targets[enc.prefix_len - 1] == answer[0]  # next-token targets, shifted by one
     assert enc.targets[-1] == IGNORE
@@ -92,7 +99,7 @@ def test_overlong_document_keeps_head_and_tail_or_raises_but_keeps_template(toke
     room = 96 - b.template_length(schema) - len(b.instruction_ids) - 1
     assert len(enc.input_ids) == 96 and enc.truncated == len(whole) - room
     assert enc.input_ids[-8:] == [b.mask_id] * 8  # the template survives whole
-    doc = enc.input_ids[len(b.instruction_ids): enc.prefix_len - 1]
+    doc = enc.input_ids[len(b.instruction_ids) : enc.prefix_len - 1]
     a, z = enc.seam
     head, tail = a - len(b.instruction_ids), enc.prefix_len - 1 - z
     assert doc[:head] == whole[:head] and doc[-tail:] == whole[-tail:] and tail >= head > 0
@@ -100,7 +107,7 @@ def test_overlong_document_keeps_head_and_tail_or_raises_but_keeps_template(toke
     assert enc.kept == list(range(head)) + [-1] * (z - a) + list(range(len(whole) - tail, len(whole)))
     with pytest.warns(UserWarning, match="from the middle"):
         ar = b.ar_prompt(text, schema)  # AR prompts are cut the same way
-    assert tokenizer.decode(ar.input_ids[ar.seam[1]: ar.prefix_len]).split("\n")[0].endswith("ocean 42/7")
+    assert tokenizer.decode(ar.input_ids[ar.seam[1] : ar.prefix_len]).split("\n")[0].endswith("ocean 42/7")
     strict = TemplateBuilder(tokenizer, max_length=96, default_budget=8, on_overflow="error")
     with pytest.raises(DocumentTooLong, match="only"):
         strict.pip(text, schema)
@@ -121,7 +128,7 @@ def test_key_descriptions_reach_the_template_and_the_ar_prompt(tokenizer):
     schema = KeySchema.parse(Receipt)
     assert schema.keys[0].description == "the amount paid"  # whitespace collapsed
     enc = b.pip("apple berry 12.50", schema)
-    template = tokenizer.decode(enc.input_ids[enc.prefix_len:])
+    template = tokenizer.decode(enc.input_ids[enc.prefix_len :])
     assert "total (the amount paid):" in template and "\ndate:" in template
     assert len(enc.fields) == 2 and enc.fields[0].length == 4
     prompt = tokenizer.decode(b.ar_prompt("apple berry 12.50", schema).input_ids)
@@ -142,9 +149,15 @@ def test_max_length_becomes_enough_tokens_for_that_many_digits():
 
     shipped = Path(__file__).resolve().parents[1] / "models" / "pipkie"
     tok = load_tokenizer(shipped)
-    schema = KeySchema.parse({"properties": {"date": {"type": "string", "maxLength": 10},
-                                             "total": {"type": "string", "maxLength": 10, "x-max-tokens": 3},
-                                             "note": {"type": "string"}}})
+    schema = KeySchema.parse(
+        {
+            "properties": {
+                "date": {"type": "string", "maxLength": 10},
+                "total": {"type": "string", "maxLength": 10, "x-max-tokens": 3},
+                "note": {"type": "string"},
+            }
+        }
+    )
     date, total, note = schema.keys
     assert (date.max_chars, date.max_tokens, total.max_tokens, total.max_chars) == (10, None, 3, None)
     b = TemplateBuilder(tok, budgets={"date": 4, "note": 7})
@@ -152,7 +165,7 @@ def test_max_length_becomes_enough_tokens_for_that_many_digits():
     assert len(b.value_ids("15/01/2019", 99)) == 11
     enc = b.pip("Date 15/01/2019", schema, values={"date": "15/01/2019", "total": None, "note": None})
     f = enc.fields[0]
-    slots = enc.targets[f.start: f.start + f.length]
+    slots = enc.targets[f.start : f.start + f.length]
     assert b.decode_value(slots) == "15/01/2019" and slots[-1] == b.end_id  # whole, and closed
     assert all(b.chars_budget(n) >= len(b.value_ids("9" * n, 999)) + 1 for n in (1, 5, 30))
 

@@ -19,12 +19,25 @@ from fastapi.testclient import TestClient
 
 from pipkie.serve import ServeSettings, create_app
 from tests.test_extract import (  # noqa: F401
-    BOX_FILE, KEYS, SAMPLE, answering, check_extraction, needs_sroie, receipt_doc, tiny_extractor, tiny_model_dir,
+    BOX_FILE,
+    KEYS,
+    SAMPLE,
+    answering,
+    check_extraction,
+    needs_sroie,
+    receipt_doc,
+    tiny_extractor,
+    tiny_model_dir,
 )
 from tests.test_loaders import make_text_pdf
 
-WORDS = {"words": [{"text": "ACME", "box": [100, 50, 300, 80]}, {"text": "TOTAL", "box": [100, 800, 200, 820]},
-                   {"text": "9.90", "box": [700, 800, 780, 820]}]}
+WORDS = {
+    "words": [
+        {"text": "ACME", "box": [100, 50, 300, 80]},
+        {"text": "TOTAL", "box": [100, 800, 200, 820]},
+        {"text": "9.90", "box": [700, 800, 780, 820]},
+    ]
+}
 
 
 @pytest.fixture
@@ -71,8 +84,11 @@ def test_health_and_docs(client, tiny_extractor):
 
 def test_multipart_real_receipt_image(client, receipt_doc):  # receipt_doc: the OCR engine is warm
     with open(SAMPLE, "rb") as f:
-        res = client.post("/extract", files={"file": ("receipt.jpg", f, "image/jpeg")},
-                          data={"keys": "company,total", "decode": "pip"})
+        res = client.post(
+            "/extract",
+            files={"file": ("receipt.jpg", f, "image/jpeg")},
+            data={"keys": "company,total", "decode": "pip"},
+        )
     d = ok(res, ["company", "total"])
     assert d["document"] == "receipt"
 
@@ -80,18 +96,29 @@ def test_multipart_real_receipt_image(client, receipt_doc):  # receipt_doc: the 
 def test_multipart_pdf_text_and_schema(client):
     pdf = make_text_pdf([[(72, 720, 14, "ACME TRADING"), (72, 300, 12, "TOTAL 9.90")]])
     ok(client.post("/extract", files={"file": ("inv.pdf", pdf, "application/pdf")}))
-    ok(client.post("/extract", files={"file": ("note.txt", b"Total 9.90", "text/plain")}, data={"keys": "total"}),
-       ["total"])
-    schema = {"type": "object", "properties": {"total": {"type": "string", "maxLength": 12}, "vendor": {"type": "string"}}}
-    ok(client.post("/extract", files={"file": ("note.txt", b"Total 9.90", "text/plain")},
-                   data={"schema": json.dumps(schema)}), ["total", "vendor"])
+    ok(
+        client.post("/extract", files={"file": ("note.txt", b"Total 9.90", "text/plain")}, data={"keys": "total"}),
+        ["total"],
+    )
+    schema = {
+        "type": "object",
+        "properties": {"total": {"type": "string", "maxLength": 12}, "vendor": {"type": "string"}},
+    }
+    ok(
+        client.post(
+            "/extract", files={"file": ("note.txt", b"Total 9.90", "text/plain")}, data={"schema": json.dumps(schema)}
+        ),
+        ["total", "vendor"],
+    )
 
 
 def test_json_words_and_text(client, tiny_extractor):
     d = ok(client.post("/extract", json={**WORDS, "keys": ["total"], "id": "w1"}), ["total"])
     assert d["document"] == "w1"
-    ok(client.post("/extract", json={"text": "Total 9.90", "keys": "company,total", "decode": "ar-forced"}),
-       ["company", "total"])
+    ok(
+        client.post("/extract", json={"text": "Total 9.90", "keys": "company,total", "decode": "ar-forced"}),
+        ["company", "total"],
+    )
     ok(client.post("/extract", json={"text": "Total 9.90", "refine_steps": 1}))
     # the same JSON as the Python API / CLI
     same = tiny_extractor.extract(None, ["total"], text="Total 9.90").to_dict()
@@ -146,42 +173,101 @@ def test_bad_keys(client):
 
 
 def test_bad_content(client):
-    error(client.post("/extract", content=b"<xml/>", headers={"content-type": "text/xml"}), 415,
-          "unsupported_media_type", "content type")
-    error(client.post("/extract", files={"file": ("a.zip", b"PK\x03\x04", "application/zip")}), 415,
-          "unsupported_media_type", "application/zip")
-    error(client.post("/extract", files={"file": ("a.bin", b"\x00\x01\x02\xff\xfe", "application/octet-stream")}),
-          415, "unsupported_type", "unsupported")
-    error(client.post("/extract", files={"file": ("r.jpg", b"\xff\xd8\xff\xe0 truncated jpeg", "image/jpeg")}),
-          422, "unreadable_document", "r.jpg")
-    detail = error(client.post("/extract", files={"file": ("r.png", b"garbage", "image/png")}), 422,
-                   "unreadable_document", "not a readable image")
+    error(
+        client.post("/extract", content=b"<xml/>", headers={"content-type": "text/xml"}),
+        415,
+        "unsupported_media_type",
+        "content type",
+    )
+    error(
+        client.post("/extract", files={"file": ("a.zip", b"PK\x03\x04", "application/zip")}),
+        415,
+        "unsupported_media_type",
+        "application/zip",
+    )
+    error(
+        client.post("/extract", files={"file": ("a.bin", b"\x00\x01\x02\xff\xfe", "application/octet-stream")}),
+        415,
+        "unsupported_type",
+        "unsupported",
+    )
+    error(
+        client.post("/extract", files={"file": ("r.jpg", b"\xff\xd8\xff\xe0 truncated jpeg", "image/jpeg")}),
+        422,
+        "unreadable_document",
+        "r.jpg",
+    )
+    detail = error(
+        client.post("/extract", files={"file": ("r.png", b"garbage", "image/png")}),
+        422,
+        "unreadable_document",
+        "not a readable image",
+    )
     assert "corrupt image data" not in detail  # the decoder's words stay in the log
-    error(client.post("/extract", content=b"{\"text\": ", headers={"content-type": "application/json"}), 400,
-          "malformed_body", "malformed JSON")
-    error(client.post("/extract", content=b"[" * 100_000, headers={"content-type": "application/json"}), 400,
-          "malformed_body")
-    error(client.post("/extract", content=b"--x\r\nbroken", headers={"content-type": "multipart/form-data"}),
-          400, "malformed_body", "malformed multipart")
-    error(client.post("/extract", content=b"--x\r\nbroken", headers={"content-type": "multipart/form-data; boundary=x"}),
-          422, "invalid_request", "no document")
+    error(
+        client.post("/extract", content=b'{"text": ', headers={"content-type": "application/json"}),
+        400,
+        "malformed_body",
+        "malformed JSON",
+    )
+    error(
+        client.post("/extract", content=b"[" * 100_000, headers={"content-type": "application/json"}),
+        400,
+        "malformed_body",
+    )
+    error(
+        client.post("/extract", content=b"--x\r\nbroken", headers={"content-type": "multipart/form-data"}),
+        400,
+        "malformed_body",
+        "malformed multipart",
+    )
+    error(
+        client.post("/extract", content=b"--x\r\nbroken", headers={"content-type": "multipart/form-data; boundary=x"}),
+        422,
+        "invalid_request",
+        "no document",
+    )
     error(client.post("/extract", json=[1, 2]), 422, "invalid_request", "object")
     error(client.post("/extract", json={"keys": ["total"]}), 422, "invalid_request", "no document")
     error(client.post("/extract", json={"text": "a", "words": []}), 422, "invalid_request", "not both")
     error(client.post("/extract", json={"words": []}), 422, "empty_document", "no words")
     error(client.post("/extract", json={"words": [{"text": "x", "box": [1, 2]}]}), 422, "invalid_words", "box must be")
-    error(client.post("/extract", content=b'{"words": [{"text": "x", "box": [NaN, 0, 1, 1]}]}',
-                      headers={"content-type": "application/json"}), 422, "invalid_words", "box must be")
-    error(client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 5000, 10]}]}), 422, "invalid_words",
-          "0-1000")
-    error(client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 1, 1]}], "page_sizes": "a4"}), 422,
-          "invalid_words", "page_sizes")
+    error(
+        client.post(
+            "/extract",
+            content=b'{"words": [{"text": "x", "box": [NaN, 0, 1, 1]}]}',
+            headers={"content-type": "application/json"},
+        ),
+        422,
+        "invalid_words",
+        "box must be",
+    )
+    error(
+        client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 5000, 10]}]}),
+        422,
+        "invalid_words",
+        "0-1000",
+    )
+    error(
+        client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 1, 1]}], "page_sizes": "a4"}),
+        422,
+        "invalid_words",
+        "page_sizes",
+    )
     error(client.post("/extract", json={**WORDS, "colour": 1}), 422, "invalid_request", "unknown fields")
     error(client.post("/extract", json={**WORDS, "id": {"a": 1}}), 422, "invalid_request", "id must be")
-    error(client.post("/extract", data={"keys": "total"}, files={"other": ("x", b"1")}), 422, "invalid_request",
-          "unknown form fields")
-    error(client.post("/extract", headers={"X-Request-Timeout": "soon"}, json={"text": "x"}), 422, "invalid_request",
-          "X-Request-Timeout")
+    error(
+        client.post("/extract", data={"keys": "total"}, files={"other": ("x", b"1")}),
+        422,
+        "invalid_request",
+        "unknown form fields",
+    )
+    error(
+        client.post("/extract", headers={"X-Request-Timeout": "soon"}, json={"text": "x"}),
+        422,
+        "invalid_request",
+        "X-Request-Timeout",
+    )
     error(client.get("/nowhere"), 404, "not_found")
     error(client.get("/extract"), 405, "method_not_allowed")
     assert client.get("/health").json()["status"] == "ok"
@@ -195,8 +281,13 @@ def test_a_decoder_library_crash_is_the_documents_fault(client, monkeypatch):
         raise struct.error("unpack requires a buffer of 4 bytes")
 
     monkeypatch.setattr("pipkie.serve.parsing.load_document", broken)
-    detail = error(client.post("/extract", files={"file": ("r.png", b"\x89PNG\r\n\x1a\n....", "image/png")}), 422,
-                   "unreadable_document", "r.png", "could not read")
+    detail = error(
+        client.post("/extract", files={"file": ("r.png", b"\x89PNG\r\n\x1a\n....", "image/png")}),
+        422,
+        "unreadable_document",
+        "r.png",
+        "could not read",
+    )
     assert "unpack" not in detail
     assert client.get("/health").json()["status"] == "ok"
 
@@ -287,8 +378,9 @@ def test_the_app_can_be_started_again(tiny_extractor):
 
 # ---- settings and the CLI -------------------------------------------------------------------------
 def test_settings_from_the_environment_and_overrides():
-    s = ServeSettings.from_env({"PIPKIE_MAX_WORDS": "123", "PIPKIE_WARMUP": "false", "PIPKIE_MAX_BATCH": "4"},
-                               max_batch=2, max_pages=None)
+    s = ServeSettings.from_env(
+        {"PIPKIE_MAX_WORDS": "123", "PIPKIE_WARMUP": "false", "PIPKIE_MAX_BATCH": "4"}, max_batch=2, max_pages=None
+    )
     assert (s.max_words, s.warmup, s.max_batch, s.max_pages) == (123, False, 2, 10)
     assert ServeSettings().max_pixels == 40_000_000 and ServeSettings().request_timeout_s == 15
     with pytest.raises(ValueError, match="PIPKIE_MAX_PIXELS"):
@@ -308,11 +400,17 @@ def test_cli_serve_builds_settings_from_options_and_env(tiny_model_dir, monkeypa
     from pipkie.cli import app
 
     seen = {}
-    monkeypatch.setattr(pipkie.serve, "run", lambda host, port, extractor, settings: seen.update(
-        host=host, port=port, name=extractor.name, settings=settings))
+    monkeypatch.setattr(
+        pipkie.serve,
+        "run",
+        lambda host, port, extractor, settings: seen.update(
+            host=host, port=port, name=extractor.name, settings=settings
+        ),
+    )
     monkeypatch.setenv("PIPKIE_MAX_WORDS", "500")
-    res = CliRunner().invoke(app, ["serve", "--model", str(tiny_model_dir), "--port", "8123", "--timeout", "5",
-                                   "--max-pixels", "1000000"])
+    res = CliRunner().invoke(
+        app, ["serve", "--model", str(tiny_model_dir), "--port", "8123", "--timeout", "5", "--max-pixels", "1000000"]
+    )
     assert res.exit_code == 0, res.output
     s = seen["settings"]
     assert seen["port"] == 8123 and (s.request_timeout_s, s.max_pixels, s.max_words) == (5, 1_000_000, 500)

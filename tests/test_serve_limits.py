@@ -47,8 +47,12 @@ def test_ten_megabytes_of_words_on_one_line_are_refused_fast(tiny_extractor, loa
         error(res, 413, "too_many_words", "210,000 words", "limit of 10,000")
         assert seconds < 2.0
         # a little more than 10 MB is not even parsed
-        error(c.post("/extract", content=body + b" " * 2**19, headers={"content-type": "application/json"}),
-              413, "body_too_large", "10 MB")
+        error(
+            c.post("/extract", content=body + b" " * 2**19, headers={"content-type": "application/json"}),
+            413,
+            "body_too_large",
+            "10 MB",
+        )
 
 
 def test_a_request_behind_a_6000_word_line_is_answered_quickly(tiny_extractor, load_test):
@@ -85,40 +89,77 @@ def test_pixel_limit_is_a_setting(tiny_extractor, no_ocr):
     buf = io.BytesIO()
     Image.new("L", (300, 200), 255).save(buf, "PNG")
     with TestClient(create_app(tiny_extractor, max_pixels=50_000)) as c:
-        error(c.post("/extract", files={"file": ("a.png", buf.getvalue(), "image/png")}), 413, "too_many_pixels",
-              "60,000 pixels", "limit of 50,000")
+        error(
+            c.post("/extract", files={"file": ("a.png", buf.getvalue(), "image/png")}),
+            413,
+            "too_many_pixels",
+            "60,000 pixels",
+            "limit of 50,000",
+        )
 
 
 def test_pages_over_the_limit(client, no_ocr):
     pdf = make_text_pdf([[(72, 720, 12, "page")]] * 3)
-    error(client.post("/extract", files={"file": ("three.pdf", pdf, "application/pdf")}), 413, "too_many_pages",
-          "3 pages", "limit of 2")
+    error(
+        client.post("/extract", files={"file": ("three.pdf", pdf, "application/pdf")}),
+        413,
+        "too_many_pages",
+        "3 pages",
+        "limit of 2",
+    )
     frames = [Image.new("RGB", (40, 30), "white") for _ in range(3)]
     buf = io.BytesIO()
     frames[0].save(buf, "TIFF", save_all=True, append_images=frames[1:])
-    error(client.post("/extract", files={"file": ("scan.tiff", buf.getvalue(), "image/tiff")}), 413,
-          "too_many_pages", "3 pages")
-    error(client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 1, 1], "page": 2}]}), 413,
-          "too_many_pages", "3 pages", "limit of 2")
-    error(client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 1, 1]}], "page_sizes": [[10, 10]] * 3}),
-          413, "too_many_pages", "3 pages")
+    error(
+        client.post("/extract", files={"file": ("scan.tiff", buf.getvalue(), "image/tiff")}),
+        413,
+        "too_many_pages",
+        "3 pages",
+    )
+    error(
+        client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 1, 1], "page": 2}]}),
+        413,
+        "too_many_pages",
+        "3 pages",
+        "limit of 2",
+    )
+    error(
+        client.post("/extract", json={"words": [{"text": "x", "box": [0, 0, 1, 1]}], "page_sizes": [[10, 10]] * 3}),
+        413,
+        "too_many_pages",
+        "3 pages",
+    )
 
 
 def test_words_over_the_limit_in_every_form(client):
     many = " ".join(f"w{i}" for i in range(51))
-    error(client.post("/extract", json={"words": [{"text": "w", "box": [0, 0, 1, 1]}] * 51}), 413, "too_many_words",
-          "51 words", "limit of 50")
+    error(
+        client.post("/extract", json={"words": [{"text": "w", "box": [0, 0, 1, 1]}] * 51}),
+        413,
+        "too_many_words",
+        "51 words",
+        "limit of 50",
+    )
     error(client.post("/extract", json={"text": many}), 413, "too_many_words", "51 words")
     error(client.post("/extract", files={"file": ("n.txt", many.encode(), "text/plain")}), 413, "too_many_words")
     pdf = make_text_pdf([[(72, 700 - 12 * i, 10, " ".join(f"a{j}" for j in range(10))) for i in range(6)]])
-    error(client.post("/extract", files={"file": ("long.pdf", pdf, "application/pdf")}), 413, "too_many_words",
-          "long.pdf", "60 words")
+    error(
+        client.post("/extract", files={"file": ("long.pdf", pdf, "application/pdf")}),
+        413,
+        "too_many_words",
+        "long.pdf",
+        "60 words",
+    )
     ok(client.post("/extract", json={"text": " ".join(f"w{i}" for i in range(50))}))
 
 
 def test_body_over_the_limit_with_and_without_content_length(client):
-    error(client.post("/extract", files={"file": ("big.png", b"\x89PNG" + bytes(1_200_000), "image/png")}), 413,
-          "body_too_large", "1 MB")
+    error(
+        client.post("/extract", files={"file": ("big.png", b"\x89PNG" + bytes(1_200_000), "image/png")}),
+        413,
+        "body_too_large",
+        "1 MB",
+    )
     error(client.post("/extract", json={"text": "x" * 1_100_000}), 413, "body_too_large")
 
     def chunks():  # chunked transfer: no content-length to refuse it by
@@ -127,15 +168,21 @@ def test_body_over_the_limit_with_and_without_content_length(client):
             yield b"y" * 32_768
         yield b'"}'
 
-    error(client.post("/extract", content=chunks(), headers={"content-type": "application/json"}), 413,
-          "body_too_large")
+    error(
+        client.post("/extract", content=chunks(), headers={"content-type": "application/json"}), 413, "body_too_large"
+    )
     assert client.get("/health").json()["limits"]["max_upload_mb"] == 1
 
 
 def test_keys_over_the_limit(tiny_extractor):
     with TestClient(create_app(tiny_extractor, max_keys=3)) as c:
-        error(c.post("/extract", json={"text": "x", "keys": ["a", "b", "c", "d"]}), 422, "invalid_keys", "4 keys",
-              "at most 3")
+        error(
+            c.post("/extract", json={"text": "x", "keys": ["a", "b", "c", "d"]}),
+            422,
+            "invalid_keys",
+            "4 keys",
+            "at most 3",
+        )
         schema = {"properties": {k: {"type": "string"} for k in "abcd"}}
         error(c.post("/extract", json={"text": "x", "schema": schema}), 422, "invalid_keys", "at most 3")
         ok(c.post("/extract", json={"text": "x", "keys": "a,b,c"}), ["a", "b", "c"])

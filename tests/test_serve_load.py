@@ -19,10 +19,10 @@ import uvicorn
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipkie.serve.batcher import Batcher, ShuttingDown
 from pipkie.io.document import Document
 from pipkie.schema import KeySchema
 from pipkie.serve import create_app, drain_on_signals
+from pipkie.serve.batcher import Batcher, RunningMean, ShuttingDown
 from tests.test_extract import tiny_extractor, tiny_model_dir  # noqa: F401
 from tests.test_serve import error, record_calls
 from tests.test_serve_limits import load_test  # noqa: F401
@@ -31,6 +31,7 @@ from tests.test_serve_limits import load_test  # noqa: F401
 async def timed_posts(app, payloads, headers=None, lifespan=True, gap=0.0):
     """POST every payload concurrently (`gap` s apart); (response, seconds) each. `lifespan` runs
     the app's startup (the warm-up call that measures the model) and shutdown around them."""
+
     async def one(c, p, delay):
         await asyncio.sleep(delay)
         t0 = time.perf_counter()
@@ -50,8 +51,11 @@ async def timed_posts(app, payloads, headers=None, lifespan=True, gap=0.0):
 
 def metric(text: str, name: str, **labels) -> float:
     """The value of one sample of a Prometheus text exposition (KeyError if absent)."""
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(text) for s in family.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
     return samples[(name, tuple(sorted(labels.items())))]
 
 
@@ -77,12 +81,16 @@ def test_overload_is_refused_at_once_and_the_rest_meet_their_deadline(tiny_extra
 def test_a_deadline_no_idle_service_could_meet_is_the_clients(tiny_extractor, monkeypatch):
     record_calls(monkeypatch, tiny_extractor, delay=0.5)
     app = create_app(tiny_extractor, min_request_timeout_s=0.1)
-    (res, seconds), = asyncio.run(timed_posts(app, [{"text": "Total 1.00"}], headers={"X-Request-Timeout": "0.2"}))
+    ((res, seconds),) = asyncio.run(timed_posts(app, [{"text": "Total 1.00"}], headers={"X-Request-Timeout": "0.2"}))
     error(res, 422, "deadline_too_short", "idle", "X-Request-Timeout")
     assert seconds < 0.5
     with TestClient(create_app(tiny_extractor)) as c:  # below the least deadline a client may ask for
-        error(c.post("/extract", json={"text": "x"}, headers={"X-Request-Timeout": "0.5"}), 422, "invalid_request",
-              "from 1 to 300")
+        error(
+            c.post("/extract", json={"text": "x"}, headers={"X-Request-Timeout": "0.5"}),
+            422,
+            "invalid_request",
+            "from 1 to 300",
+        )
 
 
 def test_until_an_image_is_timed_only_the_loader_threads_take_images(tiny_extractor, monkeypatch):
@@ -108,10 +116,12 @@ def test_until_an_image_is_timed_only_the_loader_threads_take_images(tiny_extrac
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
+
                 async def upload():
                     t0 = time.perf_counter()
                     r = await c.post("/extract", files={"file": ("r.png", buf.getvalue(), "image/png")})
                     return r, time.perf_counter() - t0
+
                 broken = await c.post("/extract", files={"file": ("b.png", b"\x89PNG\r\n\x1a\n?", "image/png")})
                 assert broken.status_code == 422  # refused at once: that is no measure of the OCR's cost
                 return await asyncio.gather(*(upload() for _ in range(5)))
@@ -127,8 +137,9 @@ def test_until_an_image_is_timed_only_the_loader_threads_take_images(tiny_extrac
 def test_the_queue_is_bounded(tiny_extractor, monkeypatch):
     record_calls(monkeypatch, tiny_extractor, delay=0.5)
     app = create_app(tiny_extractor, max_batch=1, max_queue=2, warmup=False)
-    results = asyncio.run(timed_posts(app, [{"text": f"Total {i}.00"} for i in range(4)], gap=0.02,
-                                      headers={"X-Request-Timeout": "30"}))
+    results = asyncio.run(
+        timed_posts(app, [{"text": f"Total {i}.00"} for i in range(4)], gap=0.02, headers={"X-Request-Timeout": "30"})
+    )
     assert sorted(r.status_code for r, _ in results) == [200, 200, 503, 503]
     for r, s in results:
         if r.status_code == 503:
@@ -207,10 +218,20 @@ def test_a_client_that_leaves_withdraws_its_work(tiny_extractor, monkeypatch):
         async def send(message):
             messages.append(message)
 
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/extract", "raw_path": b"/extract", "root_path": "", "query_string": b"",
-                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-                 "client": ("127.0.0.1", 1), "server": ("test", 80)}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/extract",
+            "raw_path": b"/extract",
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "client": ("127.0.0.1", 1),
+            "server": ("test", 80),
+        }
         await app(scope, receive, send)
         return messages
 
@@ -273,9 +294,21 @@ def test_stopping_the_batcher_answers_every_queued_job():
     assert all(isinstance(o, ShuttingDown) for o in outcomes), outcomes
 
 
+def test_admission_plans_with_the_spread_of_call_times_not_their_mean():
+    """Steady call times: the planning figure is the mean. Times that swing (a busy neighbour on the
+    cores): it covers the slow calls, so a request is refused at once instead of answered late."""
+    steady, swinging = RunningMean(), RunningMean()
+    for i in range(40):
+        steady.update(2.0)
+        swinging.update(1.0 if i % 2 else 3.0)
+    assert steady.upper == pytest.approx(2.0)
+    assert 1.5 < swinging.value < 2.5 and swinging.upper >= 3.0
+
+
 def test_the_wait_estimate_counts_whole_model_calls():
     """A job's answer comes when its call ends, and on a busy service later jobs fill its call: with
     4 documents per call, a fifth job waits for two full calls, not five documents."""
+
     async def scenario():
         gate = threading.Event()
 
@@ -321,8 +354,16 @@ def test_the_load_script_checks_the_contract(tiny_extractor, monkeypatch, load_t
     record_calls(monkeypatch, tiny_extractor, delay=0.4)
     app = create_app(tiny_extractor, max_batch=1, max_wait_ms=0, request_timeout_s=1.0)
     server, thread, port = serve_in_thread(app)
-    args = argparse.Namespace(documents=4, payload="words", keys=None, clients=6, requests=3, request_timeout=1.0,
-                              deadline=60, honour_retry_after=False)
+    args = argparse.Namespace(
+        documents=4,
+        payload="words",
+        keys=None,
+        clients=6,
+        requests=3,
+        request_timeout=1.0,
+        deadline=60,
+        honour_retry_after=False,
+    )
     try:
         summary = asyncio.run(load_test.run_load(f"http://127.0.0.1:{port}", args))
     finally:
@@ -358,8 +399,14 @@ def test_sigterm_finishes_or_rejects_every_request(tiny_extractor, monkeypatch):
 
     def client(i):
         try:
-            results.append(httpx.post(f"http://127.0.0.1:{port}/extract", json={"text": f"Total {i}"},
-                                      headers={"X-Request-Timeout": "30"}, timeout=30))
+            results.append(
+                httpx.post(
+                    f"http://127.0.0.1:{port}/extract",
+                    json={"text": f"Total {i}"},
+                    headers={"X-Request-Timeout": "30"},
+                    timeout=30,
+                )
+            )
         except httpx.HTTPError as e:
             results.append(e)
 

@@ -54,10 +54,14 @@ def test_shipped_model_reads_keys_it_was_not_given_by_name(shipped):
     comes out as `$60.4` and `time` as `19:19 SUBTOT`: value ends are this model's main error.)"""
     from pipkie.io.document import Document
 
-    text = "CHOEUN\nKOREANRESTAURANT\n(714)879-3574\nDATE 12/30/2016FRI TIME 19:19\nSUBTOTAL $55.96\nTAX1 $4.48\nTOTAL $60.44"
+    text = "CHOEUN\nKOREANRESTAURANT\n(714)879-3574\nDATE 12/30/2016FRI TIME 19:19\nSUBTOTAL $55.96\nTAX1 $4.48\nTOTAL $60.44"  # noqa: E501
     res = shipped.extract(Document(id="t", text=text), keys=["store name", "tel", "date", "passport_number"])
-    assert res.values() == {"store name": "CHOEUN KOREANRESTAURANT", "tel": "(714)879-3574", "date": "12/30/2016",
-                            "passport_number": None}
+    assert res.values() == {
+        "store name": "CHOEUN KOREANRESTAURANT",
+        "tel": "(714)879-3574",
+        "date": "12/30/2016",
+        "passport_number": None,
+    }
     assert min(f.confidence for f in res.fields.values()) > 0.9
 
 

@@ -6,8 +6,8 @@ import random
 import pytest
 import torch
 
-from pipkie.schema import KeySchema
 from pipkie.model.template import IGNORE, TemplateBuilder
+from pipkie.schema import KeySchema
 from pipkie.train.config import TrainConfig
 from pipkie.train.instances import collate, copy_instance, kv_instance, mask_instance
 from pipkie.train.loop import train
@@ -54,15 +54,26 @@ def _run(tokenizer, out, steps, every, kill_at=None):
     torch.manual_seed(0)
     model = tiny_model(tokenizer, "llama").train()
     b = TemplateBuilder(tokenizer, max_length=128, default_budget=4)
-    cfg = TrainConfig(output_dir=str(out), steps=steps, batch_size=2, lr=1e-3, warmup=2, threads=1, bf16=False,
-                      checkpoint_every=every, lora_r=0)
+    cfg = TrainConfig(
+        output_dir=str(out),
+        steps=steps,
+        batch_size=2,
+        lr=1e-3,
+        warmup=2,
+        threads=1,
+        bf16=False,
+        checkpoint_every=every,
+        lora_r=0,
+    )
 
     def make_batch(step):
         if step == kill_at:
             raise Killed
         rng = random.Random(step)
-        insts = [kv_instance(b, TEXT, VALUES, [KeySchema.parse("company,date,total")], objective="pip", rng=rng)
-                 for _ in range(2)]
+        insts = [
+            kv_instance(b, TEXT, VALUES, [KeySchema.parse("company,date,total")], objective="pip", rng=rng)
+            for _ in range(2)
+        ]
         return collate(insts, b.pad_id, end_id=b.end_id)
 
     train(cfg, model, make_batch, save=lambda p: None, pattern="prefix_causal")
@@ -147,7 +158,7 @@ def test_init_continues_from_a_trained_lora_model(tokenizer, tmp_path):
     cfg = TrainConfig(base=str(base), lora_r=4, lora_alpha=8, copy_head=True, bf16=False)
     first, tok = build_model(cfg)
     with torch.no_grad():  # as if trained: LoRA's B matrices start at zero, make them not
-        for name, p in first.named_parameters():
+        for _name, p in first.named_parameters():
             if p.requires_grad:
                 p.add_(0.01 * torch.randn_like(p))
     _saver(cfg, first, tok, "pip")(tmp_path / "round1")
@@ -178,12 +189,13 @@ def test_training_copy_streams_leave_out_the_cut_marker(tokenizer):
     long_text = TEXT * 40
     fit = b.fit(long_text, b.template_length(KeySchema.parse("company,date,total")))
     assert fit.seam, "the test needs a document that is cut"
-    inst = kv_instance(b, long_text, VALUES, [KeySchema.parse("company,date,total")], objective="pip",
-                       rng=random.Random(0))
+    inst = kv_instance(
+        b, long_text, VALUES, [KeySchema.parse("company,date,total")], objective="pip", rng=random.Random(0)
+    )
     lo, hi = fit.seam
     assert inst.stream and not [p for p in inst.stream if lo <= p < hi]
     assert [p for p in inst.stream if p >= hi]  # the tail after the marker is still copyable
     inst = copy_instance(b, long_text, rng=random.Random(0))
     m = b.marker_ids
-    lo = next(i for i in range(len(inst.ids)) if inst.ids[i:i + len(m)] == m)
+    lo = next(i for i in range(len(inst.ids)) if inst.ids[i : i + len(m)] == m)
     assert inst.stream and not [p for p in inst.stream if lo <= p < lo + len(m)]

@@ -17,10 +17,27 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = dict(objective="pip", base="compact", compact=dict(arch="qwen2", hidden=64, layers=2, heads=4, ffn=128),
-              tokenizer_vocab=500, lora_r=0, dataset="", synthetic=8, steps=4, batch_size=4, lr=2e-3, warmup=1,
-              threads=1, bf16=False, checkpoint_every=100, max_length=384, slot_tokens=4, field_blocks=True,
-              copy_head=True, budgets={"company": 8, "date": 6, "address": 12, "total": 5})
+CONFIG = dict(
+    objective="pip",
+    base="compact",
+    compact=dict(arch="qwen2", hidden=64, layers=2, heads=4, ffn=128),
+    tokenizer_vocab=500,
+    lora_r=0,
+    dataset="",
+    synthetic=8,
+    steps=4,
+    batch_size=4,
+    lr=2e-3,
+    warmup=1,
+    threads=1,
+    bf16=False,
+    checkpoint_every=100,
+    max_length=384,
+    slot_tokens=4,
+    field_blocks=True,
+    copy_head=True,
+    budgets={"company": 8, "date": 6, "address": 12, "total": 5},
+)
 # Relative difference allowed between the two runs' loss at each step: float rounding of sums taken
 # in another order (per process, then across processes), carried through 4 AdamW steps.
 TOLERANCE = 1e-4
@@ -33,16 +50,41 @@ def losses(out: Path) -> list[float]:
 def test_two_processes_take_the_steps_of_one_with_the_same_global_batch(tmp_path):
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(CONFIG))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     finetune = ["-m", "pipkie.cli", "finetune", "--config", str(config)]
-    one = subprocess.run([sys.executable, *finetune, "--output-dir", str(tmp_path / "one")], env=env,
-                         capture_output=True, text=True, timeout=300)
+    one = subprocess.run(
+        [sys.executable, *finetune, "--output-dir", str(tmp_path / "one")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert one.returncode == 0, one.stderr[-3000:]
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    two = subprocess.run([*launch, *finetune, "--output-dir", str(tmp_path / "two")], env=env,
-                         capture_output=True, text=True, timeout=300)
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+    ]
+    two = subprocess.run(
+        [*launch, *finetune, "--output-dir", str(tmp_path / "two")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert two.returncode == 0, two.stderr[-3000:]
     assert json.loads((tmp_path / "two" / "summary.json").read_text())["processes"] == 2
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")

@@ -17,12 +17,17 @@ FIELDS = {"store_name": "CHOEUN KOREANRESTAURANT", "date": "12/30/2016FRI", "tot
 
 def test_styles_and_aliases_are_valid_key_names():
     rng = random.Random(0)
-    for canonical, names in ALIASES.items():
+    for _canonical, names in ALIASES.items():
         for name in names:
             for _ in range(5):
                 Key(styled(name, rng))  # raises on an invalid name
-    assert styled("total amount", random.Random(3)) in {"total amount", "total_amount", "totalAmount", "Total Amount",
-                                                        "TOTAL AMOUNT"}
+    assert styled("total amount", random.Random(3)) in {
+        "total amount",
+        "total_amount",
+        "totalAmount",
+        "Total Amount",
+        "TOTAL AMOUNT",
+    }
     assert surface("total", rng, variation=0.0) == "total"
     names = {surface("total", rng, variation=1.0).lower().replace("_", " ") for _ in range(200)}
     assert len(names) >= 5 and "amount paid" in names
@@ -54,13 +59,18 @@ def test_span_templates_copy_what_follows_the_key():
 
 def test_mixture_draws_by_weight_and_refuses_test_splits(tmp_path, shared_data):
     with pytest.raises(ValueError, match="test split"):
-        Mixture.from_config([{"source": "dataset", "name": "sroie", "data_dir": str(shared_data / "sroie"),
-                              "split": "test"}])
+        Mixture.from_config(
+            [{"source": "dataset", "name": "sroie", "data_dir": str(shared_data / "sroie"), "split": "test"}]
+        )
     with pytest.raises(ValueError, match="unknown mixture source"):
         Mixture.from_config([{"source": "nope"}])
-    m = Mixture.from_config([{"source": "world_receipts", "n": 50, "weight": 3},
-                             {"source": "dataset", "name": "sroie", "data_dir": str(shared_data / "sroie"),
-                              "split": "dev", "weight": 1}], seed=0)
+    m = Mixture.from_config(
+        [
+            {"source": "world_receipts", "n": 50, "weight": 3},
+            {"source": "dataset", "name": "sroie", "data_dir": str(shared_data / "sroie"), "split": "dev", "weight": 1},
+        ],
+        seed=0,
+    )
     rng = random.Random(0)
     kinds = [m.draw(rng)[0].kind for _ in range(400)]
     assert 0.68 < kinds.count("world_receipts") / 400 < 0.82
@@ -94,14 +104,29 @@ def test_pip_and_ar_runs_of_a_mixture_see_the_same_documents(tmp_path, monkeypat
         return real(builder, text, values, schemas, objective=objective, rng=rng, reveal=reveal)
 
     monkeypatch.setattr(ft, "kv_instance", spy)
-    mixture = [{"source": "world_receipts", "n": 20, "weight": 1},
-               {"source": "self", "name": "words", "data_dir": str(words), "split": "all", "weight": 1}]
+    mixture = [
+        {"source": "world_receipts", "n": 20, "weight": 1},
+        {"source": "self", "name": "words", "data_dir": str(words), "split": "all", "weight": 1},
+    ]
     for objective in ("pip", "ar"):
-        cfg = TrainConfig(objective=objective, base="compact", output_dir=str(tmp_path / objective), mixture=mixture,
-                          steps=2, batch_size=2, threads=1, bf16=False, lora_r=0, tokenizer_vocab=400,
-                          compact=dict(arch="qwen2", hidden=32, layers=1, heads=2, ffn=64), max_length=512,
-                          copy_head=objective == "pip", slot_tokens=8 if objective == "pip" else 0,
-                          field_blocks=objective == "pip", checkpoint_every=10)
+        cfg = TrainConfig(
+            objective=objective,
+            base="compact",
+            output_dir=str(tmp_path / objective),
+            mixture=mixture,
+            steps=2,
+            batch_size=2,
+            threads=1,
+            bf16=False,
+            lora_r=0,
+            tokenizer_vocab=400,
+            compact=dict(arch="qwen2", hidden=32, layers=1, heads=2, ffn=64),
+            max_length=512,
+            copy_head=objective == "pip",
+            slot_tokens=8 if objective == "pip" else 0,
+            field_blocks=objective == "pip",
+            checkpoint_every=10,
+        )
         summary = ft.finetune(cfg)
         assert summary["objective"] == objective and summary["steps"] == 2
     assert seen["pip"] == seen["ar"] and len(seen["pip"]) == 4

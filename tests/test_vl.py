@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from pipkie.decoding.pip import _block_ids, _slot_mask, pip_decode, pip_forward
-from pipkie.schema import KeySchema
+from pipkie.decoding.pip import _block_ids, pip_decode, pip_forward
 from pipkie.model.template import SPECIAL_TOKENS, TemplateBuilder
+from pipkie.schema import KeySchema
 from pipkie.train.tokenizer import train_tokenizer
 from tests.conftest import corpus
 
@@ -21,12 +21,30 @@ def vl():
     start, pad, end = tok.convert_tokens_to_ids(VISION)
     torch.manual_seed(0)
     cfg = Qwen2VLConfig(
-        text_config=dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4,
-                         rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0}),
-        vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, in_chans=3),
-        image_token_id=pad, vision_start_token_id=start, vision_end_token_id=end)
+        text_config=dict(
+            vocab_size=len(tok),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0},
+        ),
+        vision_config=dict(
+            depth=1,
+            embed_dim=32,
+            hidden_size=64,
+            num_heads=2,
+            mlp_ratio=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            in_chans=3,
+        ),
+        image_token_id=pad,
+        vision_start_token_id=start,
+        vision_end_token_id=end,
+    )
     model = Qwen2VLForConditionalGeneration(cfg).eval()
     builder = TemplateBuilder(tok, max_length=256, default_budget=4, slot_tokens=4, field_blocks=True)
     model.resize_token_embeddings(len(tok))
@@ -44,8 +62,16 @@ def _inputs(builder, image, text="apple berry\ncedar 9/1"):
 
 def _logits(model, enc, ids, attn, pixels, grid, keep=None):
     keep = keep if keep is not None else torch.ones_like(ids, dtype=torch.bool)
-    return pip_forward(model, ids, attn, _block_ids([enc], ids.shape[1]), keep, pattern="prefix_causal",
-                       pixel_values=pixels, image_grid_thw=grid)
+    return pip_forward(
+        model,
+        ids,
+        attn,
+        _block_ids([enc], ids.shape[1]),
+        keep,
+        pattern="prefix_causal",
+        pixel_values=pixels,
+        image_grid_thw=grid,
+    )
 
 
 def test_vl_pip_decode_one_pass(vl):
@@ -56,8 +82,14 @@ def test_vl_pip_decode_one_pass(vl):
     forward = decoder.forward
     decoder.forward = lambda *a, **k: calls.append(k) or forward(*a, **k)
     try:
-        out = pip_decode(model, builder, ["apple berry\ncedar 9/1"], [SCHEMA], images=[image],
-                         model_inputs=dict(pixel_values=pixels, image_grid_thw=grid))
+        out = pip_decode(
+            model,
+            builder,
+            ["apple berry\ncedar 9/1"],
+            [SCHEMA],
+            images=[image],
+            model_inputs=dict(pixel_values=pixels, image_grid_thw=grid),
+        )
     finally:
         decoder.forward = forward
     assert len(calls) == 1 and calls[0]["position_ids"].shape[0] == 3  # explicit 3D (M-RoPE) positions

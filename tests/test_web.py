@@ -26,14 +26,16 @@ from tests.test_serve import error
 
 PAGES = ["/", "/docs", "/docs/oauth2-redirect"]
 # what a page loads: src/href attributes, CSS url(...) and @import, Swagger UI's spec `url:`
-REFERENCE = re.compile(r"""(?:\b(?:src|href)\s*=\s*["']([^"']*)["']|url\(\s*["']?([^"')]*)|@import\s+["']([^"']+)"""
-                       r"""|\burl:\s*'([^']*)')""", re.IGNORECASE)
+REFERENCE = re.compile(
+    r"""(?:\b(?:src|href)\s*=\s*["']([^"']*)["']|url\(\s*["']?([^"')]*)|@import\s+["']([^"']+)"""
+    r"""|\burl:\s*'([^']*)')""",
+    re.IGNORECASE,
+)
 
 
 @pytest.fixture(scope="module")
 def client(tiny_extractor):
-    with TestClient(create_app(tiny_extractor, max_upload_mb=1, max_pages=3, max_pixels=5_000_000,
-                               max_words=50)) as c:
+    with TestClient(create_app(tiny_extractor, max_upload_mb=1, max_pages=3, max_pixels=5_000_000, max_words=50)) as c:
         yield c
 
 
@@ -71,8 +73,14 @@ def test_every_page_and_everything_it_loads_comes_from_the_service(client):
                 seen.add(target)
                 todo.append(target)
     loaded = {u.removeprefix(base) for u in seen}
-    assert {"/static/app.js", "/static/app.css", "/static/favicon.svg", "/docs-assets/swagger-ui-bundle.js",
-            "/docs-assets/swagger-ui.css", "/openapi.json"} <= loaded
+    assert {
+        "/static/app.js",
+        "/static/app.css",
+        "/static/favicon.svg",
+        "/docs-assets/swagger-ui-bundle.js",
+        "/docs-assets/swagger-ui.css",
+        "/openapi.json",
+    } <= loaded
     assert client.get("/redoc").status_code == 404  # its bundle loads a logo from a CDN: not served
 
 
@@ -120,8 +128,13 @@ def test_each_frame_of_a_tiff_is_a_page(client):
     frames[0].save(out, format="TIFF", save_all=True, append_images=frames[1:])
     res = render(client, "scan.tiff", out.getvalue(), "image/tiff", page="1")
     assert res.headers["x-page-count"] == "2" and png(res).convert("RGB").getpixel((5, 5)) == (0, 0, 255)
-    error(render(client, "scan.tiff", out.getvalue(), "image/tiff", page="2"), 422, "page_out_of_range",
-          "there is no page 2", "2 pages")
+    error(
+        render(client, "scan.tiff", out.getvalue(), "image/tiff", page="2"),
+        422,
+        "page_out_of_range",
+        "there is no page 2",
+        "2 pages",
+    )
 
 
 def test_pdf_pages(client):
@@ -133,13 +146,17 @@ def test_pdf_pages(client):
     dark = np.flatnonzero(np.asarray(im.convert("L")).min(axis=1) < 100)  # rows with text
     assert dark.size and 0.55 < dark[0] / im.height < 0.65  # the text 300 pt above the bottom of 792
     assert png(render(client, "inv.pdf", pdf, "application/pdf")).size == im.size
-    error(render(client, "inv.pdf", make_text_pdf([[(72, 700, 12, "x")]] * 4), "application/pdf"), 413,
-          "too_many_pages", "4 pages", "limit of 3")
+    error(
+        render(client, "inv.pdf", make_text_pdf([[(72, 700, 12, "x")]] * 4), "application/pdf"),
+        413,
+        "too_many_pages",
+        "4 pages",
+        "limit of 3",
+    )
 
 
 def test_json_words_are_written_on_their_page(client):
-    words = {"words": [{"text": "TOTAL", "box": [100, 800, 300, 850]}], "page_sizes": [[500, 1000]],
-             "normalized": True}
+    words = {"words": [{"text": "TOTAL", "box": [100, 800, 300, 850]}], "page_sizes": [[500, 1000]], "normalized": True}
     res = render(client, "words.json", json.dumps(words).encode(), "application/json")
     im = png(res).convert("L")
     assert im.size == (RENDER_SIDE // 2, RENDER_SIDE) and res.headers["x-page-count"] == "1"
@@ -153,19 +170,32 @@ def test_bad_render_requests(client):
     error(render(client, "scan.pdf", b"not a pdf", "application/pdf"), 422, "unreadable_document", "not a PDF")
     error(render(client, "r.png", b"\x89PNG\r\n\x1a\nbroken", "image/png"), 422, "unreadable_document", "r.png")
     error(render(client, "a.zip", b"PK\x03\x04", "application/zip"), 415, "unsupported_media_type", "zip")
-    error(render(client, "r.jpg", SAMPLE.read_bytes(), "image/jpeg", page="first"), 422, "invalid_request",
-          "page must be")
+    error(
+        render(client, "r.jpg", SAMPLE.read_bytes(), "image/jpeg", page="first"), 422, "invalid_request", "page must be"
+    )
     error(render(client, "r.jpg", SAMPLE.read_bytes(), "image/jpeg", page="-1"), 422, "invalid_request")
     error(render(client, "r.jpg", b"", "image/jpeg"), 422, "empty_document", "empty")
     error(client.post("/render", files={"page": (None, "0")}), 422, "invalid_request", "no document")
-    error(client.post("/render", files={"file": ("r.jpg", b"x")}, data={"colour": "red"}), 422, "invalid_request",
-          "unknown form fields")
+    error(
+        client.post("/render", files={"file": ("r.jpg", b"x")}, data={"colour": "red"}),
+        422,
+        "invalid_request",
+        "unknown form fields",
+    )
     error(client.post("/render", json={"text": "x"}), 415, "unsupported_media_type", "multipart/form-data")
     error(render(client, "big.png", b"\x89PNG" + b"0" * (2**20 + 10), "image/png"), 413, "body_too_large", "1 MB")
     big = io.BytesIO()
     Image.new("L", (3000, 2000)).save(big, format="PNG")
     error(render(client, "big.png", big.getvalue(), "image/png"), 413, "too_many_pixels", "6,000,000", "5,000,000")
     words = {"words": [{"text": f"w{i}", "box": [0, 0, 10, 10]} for i in range(60)]}
-    error(render(client, "w.json", json.dumps(words).encode(), "application/json"), 413, "too_many_words", "limit of 50")
-    error(client.post("/render", files={"file": ("r.jpg", SAMPLE.read_bytes(), "image/jpeg")},
-                      headers={"X-Request-Timeout": "0"}), 422, "invalid_request", "X-Request-Timeout")
+    error(
+        render(client, "w.json", json.dumps(words).encode(), "application/json"), 413, "too_many_words", "limit of 50"
+    )
+    error(
+        client.post(
+            "/render", files={"file": ("r.jpg", SAMPLE.read_bytes(), "image/jpeg")}, headers={"X-Request-Timeout": "0"}
+        ),
+        422,
+        "invalid_request",
+        "X-Request-Timeout",
+    )

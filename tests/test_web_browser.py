@@ -23,9 +23,12 @@ from tests.test_extract import KEYS, SAMPLE, tiny_extractor, tiny_model_dir  # n
 from tests.test_loaders import make_text_pdf
 
 # what the stub decoder answers when the value is in the document, with its confidence
-ANSWERS = {"company": [("PETRODELI ENTERPRISE", 0.9951), ("ACME TRADING", 0.96)], "date": [("26/02/18", 0.95)],
-           "address": [("LOT 485 TMN LEMBAH KERAMAT JLN ULU KELANG 54200 KUALA LUMPUR", 0.7999)],
-           "total": [("85.54", 0.8), ("9.90", 0.9)]}  # 99 %, 95 %, 79 % (low), 80 % (not low)
+ANSWERS = {
+    "company": [("PETRODELI ENTERPRISE", 0.9951), ("ACME TRADING", 0.96)],
+    "date": [("26/02/18", 0.95)],
+    "address": [("LOT 485 TMN LEMBAH KERAMAT JLN ULU KELANG 54200 KUALA LUMPUR", 0.7999)],
+    "total": [("85.54", 0.8), ("9.90", 0.9)],
+}  # 99 %, 95 %, 79 % (low), 80 % (not low)
 MAX_UPLOAD_MB = 2
 
 
@@ -71,8 +74,9 @@ def wait(browser, condition, timeout=60.0, what="the page"):
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(browser, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)) \
-        .until(lambda b: condition(b), f"waiting for {what}")
+    return WebDriverWait(
+        browser, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(lambda b: condition(b), f"waiting for {what}")
 
 
 def state(browser) -> str:
@@ -153,7 +157,9 @@ def test_drop_a_receipt_see_its_fields_fix_one_download_the_json(site, browser):
         key = row.get_attribute("data-key")
         field = expected["fields"][key]
         assert row.find_element("css selector", ".value").get_attribute("value") == field["value"]
-        assert row.find_element("css selector", ".pct").text == f"{math.floor(round(field['confidence'] * 1e4) / 100)} %"
+        assert (
+            row.find_element("css selector", ".pct").text == f"{math.floor(round(field['confidence'] * 1e4) / 100)} %"
+        )
         assert ("low" in row.get_attribute("class").split()) == (key == "address")
         assert len(row.find_elements("css selector", ".badge.low")) == (key == "address")
         colours[key] = css(browser, row.find_element("css selector", ".swatch"), "backgroundColor")
@@ -175,7 +181,9 @@ def test_drop_a_receipt_see_its_fields_fix_one_download_the_json(site, browser):
     total_row = next(r for r in table if r.get_attribute("data-key") == "total")
     ActionChains(browser).move_to_element(total_row).perform()
     wait(browser, lambda b: "focus" in b.find_element("id", "overlay").get_attribute("class"), 5, "the hover")
-    assert {r.get_attribute("data-key") for r in rects(browser) if "hl" in (r.get_attribute("class") or "")} == {"total"}
+    assert {r.get_attribute("data-key") for r in rects(browser) if "hl" in (r.get_attribute("class") or "")} == {
+        "total"
+    }
 
     # edit the total (the model's 85.54), then hover the company for the screenshot
     value = total_row.find_element("css selector", ".value")
@@ -191,8 +199,12 @@ def test_drop_a_receipt_see_its_fields_fix_one_download_the_json(site, browser):
     # download: the service's JSON with the edit, edited fields flagged
     browser.find_element("id", "download").click()
     got = downloaded(browser.download_dir, "receipt.json")
-    assert got["fields"]["total"] == {**expected["fields"]["total"], "value": "85.50", "edited": True,
-                                      "model_value": "85.54"}
+    assert got["fields"]["total"] == {
+        **expected["fields"]["total"],
+        "value": "85.50",
+        "edited": True,
+        "model_value": "85.54",
+    }
     for key in ("company", "date", "address"):
         assert got["fields"][key] == {**expected["fields"][key], "edited": False}
     assert {**got, "fields": None, "seconds": 0} == {**expected, "fields": None, "seconds": 0}
@@ -205,8 +217,14 @@ def test_drop_a_receipt_see_its_fields_fix_one_download_the_json(site, browser):
 
 def test_a_multi_page_pdf_pages_through(site, browser, tmp_path):
     pdf = tmp_path / "invoice.pdf"
-    pdf.write_bytes(make_text_pdf([[(72, 720, 18, "ACME TRADING"), (72, 690, 11, "Invoice 4711")],
-                                   [(72, 500, 11, "Items 3"), (72, 300, 14, "TOTAL 9.90")]]))
+    pdf.write_bytes(
+        make_text_pdf(
+            [
+                [(72, 720, 18, "ACME TRADING"), (72, 690, 11, "Invoice 4711")],
+                [(72, 500, 11, "Items 3"), (72, 300, 14, "TOTAL 9.90")],
+            ]
+        )
+    )
     open_page(browser, site)
     browser.find_element("id", "keys").send_keys("company, total")
     upload(browser, pdf)
@@ -242,9 +260,17 @@ def test_json_words_dropped_on_the_box(site, browser):
     """Dropping a file reads it once; JSON words are drawn on a page of their own (POST /render)."""
     from selenium.webdriver import ActionChains
 
-    words = {"words": [{"text": "ACME", "box": [100, 50, 300, 80]}, {"text": "TRADING", "box": [320, 50, 560, 80]},
-                       {"text": "TOTAL", "box": [100, 800, 220, 830]}, {"text": "9.90", "box": [700, 800, 800, 830]}],
-             "page_sizes": [[1000, 1400]], "normalized": True, "id": "words"}
+    words = {
+        "words": [
+            {"text": "ACME", "box": [100, 50, 300, 80]},
+            {"text": "TRADING", "box": [320, 50, 560, 80]},
+            {"text": "TOTAL", "box": [100, 800, 220, 830]},
+            {"text": "9.90", "box": [700, 800, 800, 830]},
+        ],
+        "page_sizes": [[1000, 1400]],
+        "normalized": True,
+        "id": "words",
+    }
     open_page(browser, site)
     browser.execute_script(DROP, "words.json", json.dumps(words))
     wait(browser, lambda b: state(b) in ("done", "error"), 60, "the dropped file's answer")
@@ -254,12 +280,17 @@ def test_json_words_dropped_on_the_box(site, browser):
     assert drawn_keys(browser) == ["company", "company", "total"]
     total = rects(browser, "total")[0]
     assert [round(float(total.get_attribute(a)), 3) for a in ("x", "y", "width")] == [0.7, 0.8, 0.1]
-    natural = browser.execute_script("const i = document.getElementById('page-image');"
-                                     "return [i.naturalWidth, i.naturalHeight]")
+    natural = browser.execute_script(
+        "const i = document.getElementById('page-image');return [i.naturalWidth, i.naturalHeight]"
+    )
     assert abs(natural[0] / natural[1] - 1000 / 1400) < 0.01
     ActionChains(browser).move_to_element(total).perform()  # a box lights up its row
-    wait(browser, lambda b: "hl" in b.find_element("css selector", 'tr[data-key="total"]').get_attribute("class"), 5,
-         "the row of the hovered box")
+    wait(
+        browser,
+        lambda b: "hl" in b.find_element("css selector", 'tr[data-key="total"]').get_attribute("class"),
+        5,
+        "the row of the hovered box",
+    )
     sent = [r for r in resources(browser) if r.endswith(("/extract", "/render"))]
     assert sorted(r.rsplit("/", 1)[1] for r in sent) == ["extract", "render"]  # one of each: read once
 
@@ -286,8 +317,9 @@ def test_the_pages_load_with_the_network_off(site, browser):
     """The browser resolves no host but the service's: every page must come whole from the service."""
     open_page(browser, site)
     browser.get(url(site, "/docs"))
-    wait(browser, lambda b: "pipkie" in b.find_element("css selector", ".swagger-ui .info .title").text, 30,
-         "Swagger UI")
+    wait(
+        browser, lambda b: "pipkie" in b.find_element("css selector", ".swagger-ui .info .title").text, 30, "Swagger UI"
+    )
     paths = {e.text.replace("\u200b", "") for e in browser.find_elements("css selector", ".opblock-summary-path")}
     assert {"/extract", "/render", "/health", "/metrics"} <= paths
     docs_resources = resources(browser)

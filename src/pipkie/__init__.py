@@ -5,10 +5,13 @@ __version__ = "0.1.0"
 from pipkie.io.document import Document, Word  # noqa: E402
 from pipkie.schema import Key, KeySchema  # noqa: E402
 
-
 _LAZY = {  # name -> module: these pull in torch/transformers or OCR engines, so they are imported on first use
-    "Extractor": "pipkie.extract", "Extraction": "pipkie.extract", "Field": "pipkie.extract",
-    "load_document": "pipkie.io.loaders", "DocumentError": "pipkie.io.loaders", "OCREngineError": "pipkie.io.ocr",
+    "Extractor": "pipkie.extract",
+    "Extraction": "pipkie.extract",
+    "Field": "pipkie.extract",
+    "load_document": "pipkie.io.loaders",
+    "DocumentError": "pipkie.io.loaders",
+    "OCREngineError": "pipkie.io.ocr",
 }
 
 

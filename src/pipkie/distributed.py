@@ -28,11 +28,11 @@ running cluster (`ray start --head`; docs/SCALE.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from pipkie.io.document import Document
-from pipkie.pipeline import Outcome, configure_ocr, decode_documents, done_files, load_file
+from pipkie.pipeline import Outcome, configure_ocr, decode_outcomes, done_files, load_file
 
 _configured: set = set()  # OCR options already set in this worker process
 
@@ -63,22 +63,46 @@ class ExtractActor:
         torch.set_num_threads(threads)
         self.ex = Extractor.from_pretrained(model, threads=threads, ocr=ocr, ar_model=ar_model)
 
-    def __call__(self, batch: dict, *, schema=None, decode: str = "pip", refine_steps: int = 0,
-                 batch_size: int = 8, max_batch_tokens: int | None = None) -> dict:
+    def __call__(
+        self,
+        batch: dict,
+        *,
+        schema=None,
+        decode: str = "pip",
+        refine_steps: int = 0,
+        batch_size: int = 8,
+        max_batch_tokens: int | None = None,
+    ) -> dict:
         order = sorted(range(len(batch["index"])), key=lambda i: int(batch["index"][i]))
-        outcomes = [Outcome(int(batch["index"][i]), Path(str(batch["file"][i])), error=str(batch["error"][i]) or None,
-                            code=str(batch["code"][i]) or None) for i in order]
-        docs = {o.index: Document.from_dict(json.loads(str(batch["doc"][i]))) for o, i in zip(outcomes, order)
-                if o.error is None}
+        outcomes = [
+            Outcome(
+                int(batch["index"][i]),
+                Path(str(batch["file"][i])),
+                error=str(batch["error"][i]) or None,
+                code=str(batch["code"][i]) or None,
+            )
+            for i in order
+        ]
+        docs = {
+            o.index: Document.from_dict(json.loads(str(batch["doc"][i])))
+            for o, i in zip(outcomes, order)
+            if o.error is None
+        }
         ok = [o for o in outcomes if o.error is None]
-        results = decode_documents(self.ex, [docs[o.index] for o in ok], schema=schema, decode=decode,
-                                   refine_steps=refine_steps, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
-        for o, r in zip(ok, results):
-            if isinstance(r, Exception):
-                o.error, o.code = f"{o.file}: extraction failed ({type(r).__name__}: {r})", "extraction_failed"
-            else:
-                o.result = r
-        return {"index": [o.index for o in outcomes], "row": [json.dumps(o.row(), ensure_ascii=False) for o in outcomes]}
+        decode_outcomes(
+            self.ex,
+            ok,
+            [docs[o.index] for o in ok],
+            schema=schema,
+            decode=decode,
+            refine_steps=refine_steps,
+            batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens,
+        )
+        return {
+            "index": [o.index for o in outcomes],
+            "row": [json.dumps(o.row(), ensure_ascii=False) for o in outcomes],
+        }
 
 
 class _Row(dict):
@@ -88,13 +112,29 @@ class _Row(dict):
         return dict(self)
 
 
-def extract_files_ray(model: str, files: list[Path], out: str | Path, *, schema=None, decode: str = "pip",
-                      refine_steps: int = 0, batch_size: int = 8, window: int | None = None,
-                      max_batch_tokens: int | None = None, max_pages: int = 20, ocr: str = "rapidocr",
-                      ocr_threads: int = 1, ocr_options: dict | None = None, model_threads: int = 1,
-                      actors: int = 1, ar_model: str | None = None, address: str | None = None,
-                      flush_every: int = 32, progress: bool = True,
-                      log: Callable[[str], None] | None = None) -> Iterator[Outcome]:
+def extract_files_ray(
+    model: str,
+    files: list[Path],
+    out: str | Path,
+    *,
+    schema=None,
+    decode: str = "pip",
+    refine_steps: int = 0,
+    batch_size: int = 8,
+    window: int | None = None,
+    max_batch_tokens: int | None = None,
+    max_pages: int = 20,
+    ocr: str = "rapidocr",
+    ocr_threads: int = 1,
+    ocr_options: dict | None = None,
+    model_threads: int = 1,
+    actors: int = 1,
+    ar_model: str | None = None,
+    address: str | None = None,
+    flush_every: int = 32,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> Iterator[Outcome]:
     """Extract from every file not yet in `out` on Ray (see the module docstring); yields one
     Outcome per file as its row is written (its `result` is the row's extraction as a dict)."""
     import ray
@@ -116,13 +156,26 @@ def extract_files_ray(model: str, files: list[Path], out: str | Path, *, schema=
     ds = ray.data.from_items([{"index": k, "file": str(f)} for k, f in enumerate(todo)])
     # OCR's CPUs given by a function: Ray then keeps OCR a stage of tasks of its own, spread over the
     # cluster's free CPUs, instead of fusing it into the model actors (which would run it serially)
-    ds = ds.map_batches(ocr_batch, batch_size=max(1, batch_size // 2), ray_remote_args_fn=lambda: {"num_cpus": ocr_threads},
-                        fn_kwargs=dict(engine=ocr, threads=ocr_threads, max_pages=max_pages, options=ocr_options))
-    ds = ds.map_batches(ExtractActor, batch_size=window or 2 * batch_size, num_cpus=model_threads,
-                        compute=ray.data.ActorPoolStrategy(size=actors),
-                        fn_constructor_kwargs=dict(model=str(model), threads=model_threads, ocr=ocr, ar_model=ar_model),
-                        fn_kwargs=dict(schema=schema, decode=decode, refine_steps=refine_steps, batch_size=batch_size,
-                                       max_batch_tokens=max_batch_tokens))
+    ds = ds.map_batches(
+        ocr_batch,
+        batch_size=max(1, batch_size // 2),
+        ray_remote_args_fn=lambda: {"num_cpus": ocr_threads},
+        fn_kwargs=dict(engine=ocr, threads=ocr_threads, max_pages=max_pages, options=ocr_options),
+    )
+    ds = ds.map_batches(
+        ExtractActor,
+        batch_size=window or 2 * batch_size,
+        num_cpus=model_threads,
+        compute=ray.data.ActorPoolStrategy(size=actors),
+        fn_constructor_kwargs=dict(model=str(model), threads=model_threads, ocr=ocr, ar_model=ar_model),
+        fn_kwargs=dict(
+            schema=schema,
+            decode=decode,
+            refine_steps=refine_steps,
+            batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens,
+        ),
+    )
     with open(out, "a", encoding="utf-8") as sink:
         for n, item in enumerate(ds.iter_rows(), 1):
             row = json.loads(item["row"])

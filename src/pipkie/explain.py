@@ -36,14 +36,13 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
 
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from pipkie.model.attention import build_attention_mask
 from pipkie.decoding.pip import _block_ids, left_pad, positions
 from pipkie.io.document import Document, Word, reading_order_lines, serialize
+from pipkie.model.attention import build_attention_mask
 from pipkie.schema import KeySchema
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".gif", ".bmp", ".webp", ".pdf"}
@@ -87,13 +86,19 @@ class Explanation:
 
     def to_dict(self, top: int | None = None) -> dict:
         def listing(ws):
-            return [{"text": w.text, "page": w.page, "box": [v / 1000 for v in w.box], "weight": round(x, 5)}
-                    for w, x in ws]
+            return [
+                {"text": w.text, "page": w.page, "box": [v / 1000 for v in w.box], "weight": round(x, 5)} for w, x in ws
+            ]
 
         return {
-            "document": self.document, "key": self.key, "value": self.value,
-            "confidence": round(self.confidence, 4), "value_truncated": self.value_truncated,
-            "document_share": round(self.document_share, 4), "slots": self.slots, "truncated": self.truncated,
+            "document": self.document,
+            "key": self.key,
+            "value": self.value,
+            "confidence": round(self.confidence, 4),
+            "value_truncated": self.value_truncated,
+            "document_share": round(self.document_share, 4),
+            "slots": self.slots,
+            "truncated": self.truncated,
             "copy_head": self.copy_head,
             "starts": listing(self.top_starts(top) if top else self.starts),
             "words": listing(self.top(top) if top else self.words),
@@ -135,8 +140,10 @@ def eager_attention(model):
         yield model
         return
     if not hasattr(model, "set_attn_implementation"):
-        raise RuntimeError("this transformers version cannot switch attention implementation; "
-                           "load the model with attn_implementation='eager'")
+        raise RuntimeError(
+            "this transformers version cannot switch attention implementation; "
+            "load the model with attn_implementation='eager'"
+        )
     model.set_attn_implementation("eager")
     try:
         yield model
@@ -182,8 +189,13 @@ class _WordMap:
             s, e = span
             tokens.append((self.source[s:e], s, e, w))
             hit = sorted({self.owner[c] for c in range(s, min(e, len(self.owner))) if self.owner[c] >= 0})
-            if spaces_to_next and not hit and "\n" not in self.source[s:e] and e < len(self.owner) \
-                    and self.owner[e] >= 0:
+            if (
+                spaces_to_next
+                and not hit
+                and "\n" not in self.source[s:e]
+                and e < len(self.owner)
+                and self.owner[e] >= 0
+            ):
                 hit = [self.owner[e]]  # a space token (" " before digits, a line's leading space): the next word
             for i in hit:
                 per_word[i] += w / len(hit)
@@ -200,7 +212,7 @@ def explain(extractor, document, key: str, *, keys=None, schema=None, text: str 
     does not depend on the others; with a shared template block it does)."""
     doc = Document(id="text", text=text) if text is not None else extractor.load(document)
     ks = _schema_for(extractor, key, keys, schema)
-    builder, model = extractor.builder, extractor.model
+    builder = extractor.builder
     source, spans = word_spans(doc)
     trace: list = []
     with warnings.catch_warnings():
@@ -218,13 +230,26 @@ def explain(extractor, document, key: str, *, keys=None, schema=None, text: str 
 
     weights = _attention(extractor, enc, torch.arange(slots.start, slots.start + slots.length))
     n_doc = len(enc.kept)
-    doc_w = weights[words.start: words.start + n_doc]
+    doc_w = weights[words.start : words.start + n_doc]
     share = float(doc_w.sum())
     doc_w = doc_w / share if share > 0 else doc_w
     word_w, tokens = words.spread(dict(zip(range(words.start, words.start + n_doc), doc_w.tolist())))
     ws = [w for _, _, w in spans]
-    return Explanation(doc.id, key, got.value, got.confidence, list(zip(ws, word_w)), tokens, share, slots.length,
-                       enc.truncated, copy is not None, list(zip(ws, starts)), start_tokens, got.truncated)
+    return Explanation(
+        doc.id,
+        key,
+        got.value,
+        got.confidence,
+        list(zip(ws, word_w)),
+        tokens,
+        share,
+        slots.length,
+        enc.truncated,
+        copy is not None,
+        list(zip(ws, starts)),
+        start_tokens,
+        got.truncated,
+    )
 
 
 def _attention(extractor, enc, rows: torch.Tensor) -> torch.Tensor:
@@ -234,8 +259,9 @@ def _attention(extractor, enc, rows: torch.Tensor) -> torch.Tensor:
     block = _block_ids([enc], ids.shape[1])
     with eager_attention(model):
         pos = positions(attn)
-        mask = build_attention_mask(model, extractor.settings.pattern, attn, query_length=ids.shape[1],
-                                    block_ids=block, position_ids=pos)
+        mask = build_attention_mask(
+            model, extractor.settings.pattern, attn, query_length=ids.shape[1], block_ids=block, position_ids=pos
+        )
         _, per_layer = _slot_attention(model, rows, input_ids=ids, attention_mask=mask, position_ids=pos)
     return torch.stack(per_layer).mean(dim=(0, 1))  # (layers, slots, kv) -> (kv,)
 
@@ -271,7 +297,7 @@ def _slot_attention(model, rows: torch.Tensor, **inputs):
 # ---------------------------------------------------------------------------------------------
 # drawing
 # ---------------------------------------------------------------------------------------------
-def page_image(doc: Document, page: int = 0, source: Union[str, Path, Image.Image, None] = None) -> Image.Image:
+def page_image(doc: Document, page: int = 0, source: str | Path | Image.Image | None = None) -> Image.Image:
     """The page as an RGB image: the document's own image (`doc.images`), else `source` when it is an
     image or a PDF (or a PIL image), else a white page of the document's size with its words written
     in their boxes (for JSON words, box files without their image, text)."""
@@ -329,17 +355,29 @@ def _panel(base: Image.Image, weighted: Weighted, page: int, top: int) -> Image.
     peak = max((x for _, x in on_page), default=0.0) or 1.0
     for w, x in sorted(on_page, key=lambda wx: wx[1]):
         r = x / peak
-        canvas.rectangle((w.box[0] * sx, w.box[1] * sy, w.box[2] * sx, w.box[3] * sy),
-                         fill=(*_heat(r), round(40 + 170 * r ** 0.5)), outline=(120, 120, 120, 160), width=1)
+        canvas.rectangle(
+            (w.box[0] * sx, w.box[1] * sy, w.box[2] * sx, w.box[3] * sy),
+            fill=(*_heat(r), round(40 + 170 * r**0.5)),
+            outline=(120, 120, 120, 160),
+            width=1,
+        )
     line_w = max(2, im.width // 300)
     for w, _ in sorted(on_page, key=lambda wx: -wx[1])[:top]:
-        canvas.rectangle((w.box[0] * sx, w.box[1] * sy, w.box[2] * sx, w.box[3] * sy),
-                         outline=(165, 0, 38, 255), width=line_w)
+        canvas.rectangle(
+            (w.box[0] * sx, w.box[1] * sy, w.box[2] * sx, w.box[3] * sy), outline=(165, 0, 38, 255), width=line_w
+        )
     return Image.alpha_composite(im, overlay).convert("RGB")
 
 
-def draw_heatmap(expl: Explanation, doc_or_source, out_path: Union[str, Path], *, page: int | None = None,
-                 doc: Document | None = None, top: int = 5) -> Path:
+def draw_heatmap(
+    expl: Explanation,
+    doc_or_source,
+    out_path: str | Path,
+    *,
+    page: int | None = None,
+    doc: Document | None = None,
+    top: int = 5,
+) -> Path:
     """Draw the page twice, side by side: words coloured by the copy head's start probability (what
     chose the value; only for a model with a copy head) and by the slots' attention (yellow = little,
     red = most, the `top` heaviest outlined), under a banner with the key, value and confidence;
@@ -358,8 +396,9 @@ def draw_heatmap(expl: Explanation, doc_or_source, out_path: Union[str, Path], *
         pw = expl.page_weights()
         page = max(pw, key=pw.get) if pw else 0
     base = page_image(doc, page, source)
-    where = (f", page {page + 1}" if len(doc.page_sizes) > 1 else "") + \
-        (f", {expl.truncated} tokens cut from the middle" if expl.truncated else "")
+    where = (f", page {page + 1}" if len(doc.page_sizes) > 1 else "") + (
+        f", {expl.truncated} tokens cut from the middle" if expl.truncated else ""
+    )
     panels = [(f"attention of {expl.slots} slots ({expl.document_share:.0%} on the document){where}", expl.words)]
     if expl.copy_head:
         panels.insert(0, (f"copy head: where the value starts{where}", expl.starts))

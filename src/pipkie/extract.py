@@ -12,8 +12,9 @@ per batch. Each extracted value is grounded back to the OCR words that hold it (
 and returned with their boxes, relative to the page (0-1).
 
 `decode` names a decoder of `pipkie.decoding.DECODERS`: `"pip"` (default); `"ar-free"` and
-`"ar-forced"` run the model's AR baseline (`Settings.ar_baseline`, or `ar_model=`), loaded when first asked for; a PIP model without one refuses AR decoding (`NoARBaseline`) rather than
-decode AR with PIP weights. A document longer than the context is cut in its middle
+`"ar-forced"` run the model's AR baseline (`Settings.ar_baseline`, or `ar_model=`), loaded when
+first asked for; a PIP model without one refuses AR decoding (`NoARBaseline`) rather than decode AR
+with PIP weights. A document longer than the context is cut in its middle
 (`TemplateBuilder.fit`): `truncated` and `dropped_tokens` say so; a value that filled its whole
 budget is `truncated` on its field.
 
@@ -27,9 +28,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import torch
 
@@ -37,10 +38,11 @@ from pipkie.decoding import get_decoder
 from pipkie.decoding.pip import FieldResult
 from pipkie.io.document import Document, Word, serialize
 from pipkie.io.grounding import ground_items, locate
-from pipkie.model.groups import ItemsResult
 from pipkie.io.loaders import load_document
+from pipkie.model.groups import ItemsResult
 from pipkie.model.modeling import NoARBaseline, builder_for, default_model_path, load_model, model_for_decode
 from pipkie.schema import KeySchema
+
 
 @dataclass
 class Box:
@@ -81,8 +83,10 @@ class Extraction:
         return json.dumps(self.to_dict(), ensure_ascii=False, **kw)
 
     def values(self) -> dict[str, str | None | list[dict[str, str | None]]]:
-        return {k: [{n: x.value for n, x in it.items()} for it in f] if isinstance(f, list) else f.value
-                for k, f in self.fields.items()}
+        return {
+            k: [{n: x.value for n, x in it.items()} for it in f] if isinstance(f, list) else f.value
+            for k, f in self.fields.items()
+        }
 
     def cut_fields(self) -> list[str]:
         """Fields whose value filled its whole budget ("items[2].name" for an item's)."""
@@ -100,8 +104,17 @@ def _boxes(words: list[Word]) -> list[Box]:
 
 
 class Extractor:
-    def __init__(self, model, tokenizer, settings, *, threads: int = 1, ocr: str = "rapidocr", name: str = "",
-                 ar_model: str | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        settings,
+        *,
+        threads: int = 1,
+        ocr: str = "rapidocr",
+        name: str = "",
+        ar_model: str | None = None,
+    ):
         """`name`: the model's directory (its `ar_baseline` is relative to it); `ar_model`: an AR model
         directory for AR decodes instead of that baseline."""
         self.model, self.tokenizer, self.settings = model, tokenizer, settings
@@ -111,14 +124,27 @@ class Extractor:
         self._ar = None  # (model, builder) of the AR baseline, once loaded
 
     @classmethod
-    def from_pretrained(cls, path: str | Path | None = None, *, threads: int = 1, ocr: str = "rapidocr",
-                        ar_model: str | Path | None = None) -> "Extractor":
+    def from_pretrained(
+        cls,
+        path: str | Path | None = None,
+        *,
+        threads: int = 1,
+        ocr: str = "rapidocr",
+        ar_model: str | Path | None = None,
+    ) -> Extractor:
         """Load a pipkie model directory (default: the shipped model, or $PIPKIE_MODEL)."""
         torch.set_num_threads(threads)
         path = str(path or default_model_path())
         model, tokenizer, settings = load_model(path, pad_vocab=True)
-        return cls(model, tokenizer, settings, threads=threads, ocr=ocr, name=path,
-                   ar_model=str(ar_model) if ar_model else None)
+        return cls(
+            model,
+            tokenizer,
+            settings,
+            threads=threads,
+            ocr=ocr,
+            name=path,
+            ar_model=str(ar_model) if ar_model else None,
+        )
 
     def decoder(self, decode: str):
         """(model, builder) that `decode` runs on: this model for PIP (or an AR model's own AR
@@ -126,16 +152,19 @@ class Extractor:
         there is none, or for an unknown decoder."""
         dec = get_decoder(decode)
         if dec.objective == "pip" and self.settings.objective == "ar":
-            raise ValueError(f"{self.name or 'this model'} is an AR model (objective 'ar'): decode it with ar-free "
-                             "or ar-forced")
+            raise ValueError(
+                f"{self.name or 'this model'} is an AR model (objective 'ar'): decode it with ar-free or ar-forced"
+            )
         if dec.objective == "pip" or self.settings.objective == "ar":
             return self.model, self.builder
         if self._ar is None:
             if self.ar_model:
                 path = self.ar_model
             elif self.settings.ar_baseline and not Path(self.name).is_dir():
-                raise NoARBaseline(f"cannot find the AR baseline {self.settings.ar_baseline!r}: the model's "
-                                   "directory is not known (load it with Extractor.from_pretrained)")
+                raise NoARBaseline(
+                    f"cannot find the AR baseline {self.settings.ar_baseline!r}: the model's "
+                    "directory is not known (load it with Extractor.from_pretrained)"
+                )
             else:
                 path = model_for_decode(self.name or "this model", decode, self.settings)
             model, tok, settings = load_model(path, pad_vocab=True)
@@ -153,13 +182,31 @@ class Extractor:
             return document
         return load_document(document, ocr=self.ocr, threads=self.threads, **kw)
 
-    def extract(self, document, keys=None, *, schema=None, decode: str = "pip", refine_steps: int = 0,
-                text: str | None = None, trace: list | None = None) -> Extraction:
+    def extract(
+        self,
+        document,
+        keys=None,
+        *,
+        schema=None,
+        decode: str = "pip",
+        refine_steps: int = 0,
+        text: str | None = None,
+        trace: list | None = None,
+    ) -> Extraction:
         doc = Document(id="text", text=text) if text is not None else self.load(document)
         return self.extract_many([doc], keys, schema=schema, decode=decode, refine_steps=refine_steps, trace=trace)[0]
 
-    def extract_many(self, documents: Iterable, keys=None, *, schema=None, decode: str = "pip",
-                     refine_steps: int = 0, batch_size: int = 8, trace: list | None = None) -> list[Extraction]:
+    def extract_many(
+        self,
+        documents: Iterable,
+        keys=None,
+        *,
+        schema=None,
+        decode: str = "pip",
+        refine_steps: int = 0,
+        batch_size: int = 8,
+        trace: list | None = None,
+    ) -> list[Extraction]:
         """Extract from every document, `batch_size` at a time (one PIP pass per batch). `trace` (a
         list): receives per document the copy head's {key: CopyTrace} (PIP; `pipkie.decoding.pip`)."""
         dec = get_decoder(decode)
@@ -169,21 +216,39 @@ class Extractor:
         reserved = dec.reserved(builder, ks)  # next to the document: what `TemplateBuilder.fit` keeps free
         out: list[Extraction] = []
         for i in range(0, len(docs), batch_size):
-            chunk = docs[i: i + batch_size]
+            chunk = docs[i : i + batch_size]
             texts = [serialize(d) for d in chunk]
             t0 = time.perf_counter()
             traced = [] if trace is not None else None
             with torch.inference_mode():
-                preds = dec(model, builder, texts, [ks] * len(chunk), pattern=self.settings.pattern,
-                            refine_steps=refine_steps, trace=traced)
+                preds = dec(
+                    model,
+                    builder,
+                    texts,
+                    [ks] * len(chunk),
+                    pattern=self.settings.pattern,
+                    refine_steps=refine_steps,
+                    trace=traced,
+                )
             if trace is not None:
                 trace.extend(traced or [{} for _ in chunk])  # (no copy head, or an AR decoder: nothing traced)
             dt = (time.perf_counter() - t0) / len(chunk)
             for d, t, p in zip(chunk, texts, preds):
                 dropped = builder.overflow(t, reserved, answer=dec.objective == "pip")
-                fields = {k: self._items(d, r) if isinstance(r, ItemsResult) else self._field(d, r) for k, r in p.items()}
-                out.append(Extraction(d.id, fields, dec.name, dt, truncated=dropped > 0, dropped_tokens=dropped,
-                                      lists_truncated=[k for k, r in p.items() if isinstance(r, ItemsResult) and r.truncated]))
+                fields = {
+                    k: self._items(d, r) if isinstance(r, ItemsResult) else self._field(d, r) for k, r in p.items()
+                }
+                out.append(
+                    Extraction(
+                        d.id,
+                        fields,
+                        dec.name,
+                        dt,
+                        truncated=dropped > 0,
+                        dropped_tokens=dropped,
+                        lists_truncated=[k for k, r in p.items() if isinstance(r, ItemsResult) and r.truncated],
+                    )
+                )
         return out
 
     @staticmethod
@@ -197,6 +262,16 @@ class Extractor:
     def _items(doc: Document, r: ItemsResult) -> list[dict[str, Field]]:
         """A list's items with their boxes, grounded in line order (`grounding.ground_items`)."""
         found = ground_items(r.value, doc) if doc.words else [{} for _ in r.items]
-        return [{n: Field(x.value, round(x.confidence, 4), _boxes(g[n].words) if n in g else [],
-                          g[n].method if n in g else "none", truncated=x.truncated) for n, x in it.items()}
-                for it, g in zip(r.items, found)]
+        return [
+            {
+                n: Field(
+                    x.value,
+                    round(x.confidence, 4),
+                    _boxes(g[n].words) if n in g else [],
+                    g[n].method if n in g else "none",
+                    truncated=x.truncated,
+                )
+                for n, x in it.items()
+            }
+            for it, g in zip(r.items, found)
+        ]

@@ -46,11 +46,11 @@ import json
 import multiprocessing
 import sys
 import warnings
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from pipkie.io.document import Document
 from pipkie.io.loaders import DocumentError, load_document
@@ -123,8 +123,11 @@ def length_batches(lengths: list[int], batch_size: int, max_batch_tokens: int | 
     batches: list[list[int]] = []
     for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
         last = batches[-1] if batches else None
-        if (last is None or len(last) >= batch_size
-                or (max_batch_tokens and (len(last) + 1) * lengths[i] > max_batch_tokens)):
+        if (
+            last is None
+            or len(last) >= batch_size
+            or (max_batch_tokens and (len(last) + 1) * lengths[i] > max_batch_tokens)
+        ):
             batches.append([i])
         else:
             last.append(i)
@@ -137,8 +140,16 @@ def token_length(ex, doc: Document) -> int:
     return len(ex.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def decode_documents(ex, docs: list[Document], *, schema=None, decode: str = "pip", refine_steps: int = 0,
-                     batch_size: int = 8, max_batch_tokens: int | None = None) -> list:
+def decode_documents(
+    ex,
+    docs: list[Document],
+    *,
+    schema=None,
+    decode: str = "pip",
+    refine_steps: int = 0,
+    batch_size: int = 8,
+    max_batch_tokens: int | None = None,
+) -> list:
     """An Extraction (or the Exception that stopped it) per document, in the order given; batches
     of similar length (`length_batches`), a failed batch retried one document at a time."""
     results: list = [None] * len(docs)
@@ -157,6 +168,17 @@ def decode_documents(ex, docs: list[Document], *, schema=None, decode: str = "pi
                     except Exception as e:
                         results[i] = e
     return results
+
+
+def decode_outcomes(ex, outcomes: list, docs: list[Document], **kw) -> None:
+    """`decode_documents` of `docs`, each result (or its error, as `extraction_failed`) put on the
+    Outcome at the same place: what the local and the Ray paths both do with a loaded window."""
+    for o, r in zip(outcomes, decode_documents(ex, docs, **kw)):
+        if isinstance(r, Exception):
+            o.error = f"{o.file}: extraction failed ({type(r).__name__}: {r})".replace("\n", " ")
+            o.code = "extraction_failed"
+        else:
+            o.result = r
 
 
 def configure_ocr(engine: str, options: dict | None) -> None:
@@ -196,8 +218,12 @@ class _Loader:
         self.pool = self._pool() if workers else None
 
     def _pool(self):
-        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_worker, initargs=(self.args[0], self.options))
+        return ProcessPoolExecutor(
+            self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(self.args[0], self.options),
+        )
 
     def _submit(self, i: int):
         self.pending[i] = self.pool.submit(load_file, str(self.files[i]), *self.args)
@@ -237,11 +263,24 @@ class _Loader:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def extract_files(ex, files: list[Path], *, schema=None, decode: str = "pip", refine_steps: int = 0,
-                  batch_size: int = 8, window: int | None = None, max_batch_tokens: int | None = None,
-                  max_pages: int = 20, workers: int = 0, ocr_threads: int | None = None,
-                  ocr_options: dict | None = None, out: str | Path | None = None, progress: bool = True,
-                  log: Callable[[str], None] | None = None) -> Iterator[Outcome]:
+def extract_files(
+    ex,
+    files: list[Path],
+    *,
+    schema=None,
+    decode: str = "pip",
+    refine_steps: int = 0,
+    batch_size: int = 8,
+    window: int | None = None,
+    max_batch_tokens: int | None = None,
+    max_pages: int = 20,
+    workers: int = 0,
+    ocr_threads: int | None = None,
+    ocr_options: dict | None = None,
+    out: str | Path | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> Iterator[Outcome]:
     """Extract from every file (see the module docstring); yields one Outcome per file processed,
     window by window, in input order within a window. With `out`, rows are appended there (and files
     already in it skipped). OCR engine and threads: the extractor's (`ex.ocr`; `ocr_threads`,
@@ -271,15 +310,16 @@ def extract_files(ex, files: list[Path], *, schema=None, decode: str = "pip", re
             for o, k in zip(outcomes, todo):
                 o.document, o.error, o.code = loader.get(k)
             ok = [o for o in outcomes if o.document is not None]
-            results = decode_documents(ex, [o.document for o in ok], schema=schema, decode=decode,
-                                       refine_steps=refine_steps, batch_size=batch_size,
-                                       max_batch_tokens=max_batch_tokens)
-            for o, r in zip(ok, results):
-                if isinstance(r, Exception):
-                    o.error = f"{o.file}: extraction failed ({type(r).__name__}: {r})".replace("\n", " ")
-                    o.code = "extraction_failed"
-                else:
-                    o.result = r
+            decode_outcomes(
+                ex,
+                ok,
+                [o.document for o in ok],
+                schema=schema,
+                decode=decode,
+                refine_steps=refine_steps,
+                batch_size=batch_size,
+                max_batch_tokens=max_batch_tokens,
+            )
             if sink is not None:
                 sink.write("".join(json.dumps(o.row(), ensure_ascii=False) + "\n" for o in outcomes))
                 sink.flush()

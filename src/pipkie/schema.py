@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 MAX_KEYS = 64
 MAX_KEY_CHARS = 64
@@ -60,7 +61,9 @@ class Key:
         object.__setattr__(self, "name", name)
         desc = " ".join(str(self.description).split()) if self.description is not None else ""
         if len(desc) > MAX_DESCRIPTION_CHARS:
-            raise SchemaError(f"key {name!r}: description is {len(desc)} characters long (at most {MAX_DESCRIPTION_CHARS})")
+            raise SchemaError(
+                f"key {name!r}: description is {len(desc)} characters long (at most {MAX_DESCRIPTION_CHARS})"
+            )
         object.__setattr__(self, "description", desc or None)
 
 
@@ -129,7 +132,7 @@ class KeySchema:
         return len(self.keys) + sum(len(g.fields) for g in self.groups)
 
     @classmethod
-    def resolve(cls, keys: Any = None, schema: Any = None, default: Any = None) -> "KeySchema":
+    def resolve(cls, keys: Any = None, schema: Any = None, default: Any = None) -> KeySchema:
         """The one answer to "which keys?": `schema` or `keys` (never both; anything `parse` reads),
         else `default` (a model's own keys, or a callable giving them; called only when needed).
         SchemaError when both are given or there is nothing to use."""
@@ -143,7 +146,7 @@ class KeySchema:
         return cls.parse(spec)
 
     @classmethod
-    def parse(cls, spec: Any) -> "KeySchema":
+    def parse(cls, spec: Any) -> KeySchema:
         """Build a schema from a KeySchema, a list of names/Keys, "a,b,c", a pydantic model class,
         a JSON-schema dict, or a path to a JSON-schema file."""
         if isinstance(spec, KeySchema):
@@ -164,7 +167,7 @@ class KeySchema:
         raise SchemaError(f"cannot read keys from a {type(spec).__name__}")
 
     @classmethod
-    def from_names(cls, names: list) -> "KeySchema":
+    def from_names(cls, names: list) -> KeySchema:
         """Keys and Groups, or names: "total", or a list "items[name,price]"."""
         keys, groups = [], []
         for n in names:
@@ -181,7 +184,7 @@ class KeySchema:
         return cls(tuple(keys), tuple(groups))
 
     @classmethod
-    def from_json_schema(cls, schema: dict) -> "KeySchema":
+    def from_json_schema(cls, schema: dict) -> KeySchema:
         """Object schema: every property a string (or nullable string), or an array of objects whose
         properties are strings (a `Group`; `maxItems` its item budget; `$ref`s into `$defs` are
         followed, as pydantic writes `list[Item]`). `maxLength` is kept as characters
@@ -194,8 +197,10 @@ class KeySchema:
                 keys.append(_string_key(name, p, schema))
                 continue
             items, max_items = array
-            fields = [_string_key(f, fp, schema, inside=name)
-                      for f, fp in _properties(items, schema, f"list {name!r}").items()]
+            fields = [
+                _string_key(f, fp, schema, inside=name)
+                for f, fp in _properties(items, schema, f"list {name!r}").items()
+            ]
             if max_items is not None and (isinstance(max_items, bool) or not isinstance(max_items, int)):
                 raise SchemaError(f"list {name!r}: maxItems must be an integer, got {max_items!r}")
             groups.append(Group(name, tuple(fields), max_items))
@@ -231,7 +236,7 @@ def _properties(schema, root: dict, what: str) -> dict:
         raise SchemaError(f"{what} needs an object with 'properties'")
     bad = next((n for n, p in props.items() if not isinstance(p, dict)), None)
     if bad is not None:
-        raise SchemaError(f"{what}: property {str(bad)[:64]!r} must be an object (e.g. {{\"type\": \"string\"}})")
+        raise SchemaError(f'{what}: property {str(bad)[:64]!r} must be an object (e.g. {{"type": "string"}})')
     return props
 
 
@@ -253,8 +258,11 @@ def _string_key(name: str, p: dict, root: dict, inside: str | None = None) -> Ke
     types = _types(p)
     where = f"list {inside!r}: field {name!r}" if inside else f"field {name!r}"
     if not types <= {"string", "null"} or "string" not in types:
-        shape = "an item's fields are strings: one level of lists" if inside else \
-            "or an array of objects with string fields"
+        shape = (
+            "an item's fields are strings: one level of lists"
+            if inside
+            else "or an array of objects with string fields"
+        )
         raise SchemaError(f"{where} must be a string ({shape}), got {sorted(map(str, types)) or p}")
     budget, chars = p.get("x-max-tokens"), p.get("maxLength")
     for what, v in (("x-max-tokens", budget), ("maxLength", chars)):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Key information extraction with parallel decoding (PIP).")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Key information extraction with parallel decoding (PIP)."
+)
 
 
 def decoder_help(what: str = "") -> str:
@@ -44,7 +45,7 @@ def error(msg: str) -> None:
     typer.echo(f"error: {msg}", err=True)
 
 
-def load_extractor(model: Optional[str], threads: int, ocr: str):
+def load_extractor(model: str | None, threads: int, ocr: str):
     from pipkie.extract import Extractor
     from pipkie.model.modeling import default_model_path
 
@@ -52,7 +53,9 @@ def load_extractor(model: Optional[str], threads: int, ocr: str):
     try:
         path = model or default_model_path()  # --model, else $PIPKIE_MODEL, else models/pipkie
         if path != "smollm2" and not Path(path).exists():  # never wait on a hub look-up for a typo
-            raise FileNotFoundError(f"model not found: {path} (give a pipkie model directory with --model or $PIPKIE_MODEL)")
+            raise FileNotFoundError(
+                f"model not found: {path} (give a pipkie model directory with --model or $PIPKIE_MODEL)"
+            )
         return Extractor.from_pretrained(path, threads=threads, ocr=ocr)
     except FileNotFoundError as e:
         error(str(e))
@@ -61,7 +64,7 @@ def load_extractor(model: Optional[str], threads: int, ocr: str):
     raise typer.Exit(2)
 
 
-def key_schema(keys: Optional[str], schema: Optional[Path]):
+def key_schema(keys: str | None, schema: Path | None):
     """The --keys / --schema given (checked before a model is loaded), else None (the model's keys)."""
     from pipkie.schema import KeySchema, SchemaError
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -18,20 +17,31 @@ def evaluate(
     data_dir: str = typer.Option(..., help="the dataset's directory"),
     split: str = typer.Option("test"),
     decode: str = typer.Option("pip", help=decoder_help("AR decoders run the model's AR baseline")),
-    model: Optional[str] = typer.Option(None, help="model directory (default: the shipped model)"),
-    keys: Optional[str] = typer.Option(None, help="comma-separated keys, lists as items[name,quantity,price] "
-                                       "(default: the model's)"),
-    schema: Optional[Path] = typer.Option(None, help="a JSON-schema file (keys with descriptions/budgets, arrays of objects)"),
-    key_map: Optional[str] = typer.Option(None, help="KEY=GOLD_KEY,...: score KEY against the dataset's GOLD_KEY (e.g. company=store_name)"),
-    limit: Optional[int] = typer.Option(None, help="first N documents only"),
+    model: str | None = typer.Option(None, help="model directory (default: the shipped model)"),
+    keys: str | None = typer.Option(
+        None, help="comma-separated keys, lists as items[name,quantity,price] (default: the model's)"
+    ),
+    schema: Path | None = typer.Option(
+        None, help="a JSON-schema file (keys with descriptions/budgets, arrays of objects)"
+    ),
+    key_map: str | None = typer.Option(
+        None, help="KEY=GOLD_KEY,...: score KEY against the dataset's GOLD_KEY (e.g. company=store_name)"
+    ),
+    limit: int | None = typer.Option(None, help="first N documents only"),
     batch_size: int = typer.Option(4, min=1),
     refine_steps: int = typer.Option(0, min=0, help="PIP Mask-Predict refinement passes"),
-    ocr: Optional[str] = typer.Option(None, help="rapidocr | tesseract: OCR the documents' images instead of using the dataset's words"),
-    ocr_cache: Optional[Path] = typer.Option(None, help="OCR words cache (default: ocr-cache/ beside --json); `pipkie ocr DATA_DIR --out DIR` writes one"),
-    threads: Optional[int] = typer.Option(None),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="write the result here (+ .predictions.jsonl, resumed only under the same settings)"),
+    ocr: str | None = typer.Option(
+        None, help="rapidocr | tesseract: OCR the documents' images instead of using the dataset's words"
+    ),
+    ocr_cache: Path | None = typer.Option(
+        None, help="OCR words cache (default: ocr-cache/ beside --json); `pipkie ocr DATA_DIR --out DIR` writes one"
+    ),
+    threads: int | None = typer.Option(None),
+    json_path: Path | None = typer.Option(
+        None, "--json", help="write the result here (+ .predictions.jsonl, resumed only under the same settings)"
+    ),
     fresh: bool = typer.Option(False, "--fresh", help="start over even if the predictions file matches these settings"),
-    reliability: Optional[Path] = typer.Option(None, help="save a reliability diagram (PNG) of the confidences here"),
+    reliability: Path | None = typer.Option(None, help="save a reliability diagram (PNG) of the confidences here"),
 ):
     """Decode a labelled split and print ANLS / exact-match F1 per key, calibration and truncation.
 
@@ -39,47 +49,67 @@ def evaluate(
     weights, keys, decoder, refinement, OCR, data, limit, key map); otherwise the run starts over
     and says why (the old file is kept as .predictions.previous.jsonl).
     """
-    from pipkie.eval.evaluate import evaluate as run, format_table
-    from pipkie.model.modeling import default_model_path
+    from pipkie.eval.evaluate import evaluate as run
+    from pipkie.eval.evaluate import format_table
     from pipkie.io.ocr import OCREngineError
+    from pipkie.model.modeling import default_model_path
 
     n = set_threads(threads)
     ks = key_schema(keys, schema)
     quiet_transformers()
     try:
-        result = run(dataset=dataset, data_dir=data_dir, split=split, decode=decode, model_path=model or default_model_path(),
-                     keys=ks, key_map=key_map, limit=limit, batch_size=batch_size, threads=n, refine_steps=refine_steps,
-                     ocr=ocr, ocr_cache=str(ocr_cache) if ocr_cache else None, json_path=str(json_path) if json_path else None,
-                     fresh=fresh, reliability=str(reliability) if reliability else None, log=lambda m: typer.echo(m, err=True))
+        result = run(
+            dataset=dataset,
+            data_dir=data_dir,
+            split=split,
+            decode=decode,
+            model_path=model or default_model_path(),
+            keys=ks,
+            key_map=key_map,
+            limit=limit,
+            batch_size=batch_size,
+            threads=n,
+            refine_steps=refine_steps,
+            ocr=ocr,
+            ocr_cache=str(ocr_cache) if ocr_cache else None,
+            json_path=str(json_path) if json_path else None,
+            fresh=fresh,
+            reliability=str(reliability) if reliability else None,
+            log=lambda m: typer.echo(m, err=True),
+        )
     except (ValueError, FileNotFoundError, OCREngineError) as e:
         error(str(e).replace("\n", " "))
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     typer.echo(format_table(result))
 
 
 @app.command()
 def bench(
     dataset: str = typer.Option("sroie"),
-    data_dir: Optional[str] = typer.Option(None, help="the dataset's directory (not needed for --lines alone)"),
+    data_dir: str | None = typer.Option(None, help="the dataset's directory (not needed for --lines alone)"),
     split: str = typer.Option("test"),
-    model: Optional[str] = typer.Option(None, help="model directory (default: the shipped model)"),
-    ar_model: Optional[str] = typer.Option(None, help="AR model for the AR methods (default: the model's ar_baseline)"),
-    lines: Optional[str] = typer.Option(None, help="numbers of item lines, e.g. 1,5,10,20,40: PIP vs AR on synthetic "
-                                        "receipts with items[name,quantity,price] (pipkie.eval.bench_items)"),
-    lines_items: Optional[int] = typer.Option(None, min=1, help="--lines: the list's maxItems (default: the most lines)"),
+    model: str | None = typer.Option(None, help="model directory (default: the shipped model)"),
+    ar_model: str | None = typer.Option(None, help="AR model for the AR methods (default: the model's ar_baseline)"),
+    lines: str | None = typer.Option(
+        None,
+        help="numbers of item lines, e.g. 1,5,10,20,40: PIP vs AR on synthetic "
+        "receipts with items[name,quantity,price] (pipkie.eval.bench_items)",
+    ),
+    lines_items: int | None = typer.Option(None, min=1, help="--lines: the list's maxItems (default: the most lines)"),
     batch: str = typer.Option("1,8", help="batch sizes, comma-separated"),
     limit: int = typer.Option(32, help="documents timed per batch size"),
-    threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
+    threads: int | None = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
     repeats: int = typer.Option(1, min=1, help="time each batch this many times per method, keep the fastest"),
-    methods: Optional[str] = typer.Option(None, help="comma-separated (default: every decoder, and pip-refine1,2)"),
+    methods: str | None = typer.Option(None, help="comma-separated (default: every decoder, and pip-refine1,2)"),
     sweeps: bool = typer.Option(True, help="speed-up sweeps over number of keys and value length"),
-    json_path: Optional[Path] = typer.Option(None, "--json"),
-    plot: Optional[Path] = typer.Option(None, help="directory for PNG plots and a markdown table"),
+    json_path: Path | None = typer.Option(None, "--json"),
+    plot: Path | None = typer.Option(None, help="directory for PNG plots and a markdown table"),
 ):
     """Time PIP against AR (free and forced) side by side, with the single-prefill floor.
 
     The AR methods run the PIP model's AR baseline (its pipkie.json's ar_baseline) or --ar-model."""
-    from pipkie.eval.bench import METHODS, bench as run, markdown_table, method_decoder
+    from pipkie.eval.bench import METHODS, markdown_table, method_decoder
+    from pipkie.eval.bench import bench as run
     from pipkie.model.modeling import default_model_path, model_for_decode
 
     n = set_threads(threads)
@@ -89,8 +119,9 @@ def bench(
     counts = int_list(lines, "--lines") if lines else None
     batches = int_list(batch, "--batch")
     if data_dir is None and not counts:
-        raise typer.BadParameter("give the dataset's directory (or --lines for the line-item sweep alone)",
-                                 param_hint="--data-dir")
+        raise typer.BadParameter(
+            "give the dataset's directory (or --lines for the line-item sweep alone)", param_hint="--data-dir"
+        )
     try:
         model = model or default_model_path()
         if not Path(model).is_dir():
@@ -101,26 +132,46 @@ def bench(
                 raise FileNotFoundError(f"AR model not found: {ar_model} is not a directory")
     except (FileNotFoundError, ValueError) as e:
         error(str(e))
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     typer.echo(f"threads: torch={n} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
     if counts:
         from pipkie.eval.bench_items import lines_bench, lines_table
 
         try:
-            swept = lines_bench(model_path=model, ar_model_path=ar_model, lines=counts, batch_sizes=batches,
-                                items_budget=lines_items, threads=n, repeats=repeats,
-                                json_path=str(json_path.with_suffix(".lines.json")) if json_path else None,
-                                plot_dir=str(plot) if plot else None, log=typer.echo)
+            swept = lines_bench(
+                model_path=model,
+                ar_model_path=ar_model,
+                lines=counts,
+                batch_sizes=batches,
+                items_budget=lines_items,
+                threads=n,
+                repeats=repeats,
+                json_path=str(json_path.with_suffix(".lines.json")) if json_path else None,
+                plot_dir=str(plot) if plot else None,
+                log=typer.echo,
+            )
         except ValueError as e:
             error(str(e))
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
         typer.echo(lines_table(swept))
         if data_dir is None:
             return
-    result = run(model_path=model, ar_model_path=ar_model, dataset=dataset, data_dir=data_dir, split=split,
-                 batch_sizes=batches, limit=limit, threads=n,
-                 repeats=repeats, methods=wanted, sweeps=sweeps, json_path=str(json_path) if json_path else None,
-                 plot_dir=str(plot) if plot else None, log=typer.echo)
+    result = run(
+        model_path=model,
+        ar_model_path=ar_model,
+        dataset=dataset,
+        data_dir=data_dir,
+        split=split,
+        batch_sizes=batches,
+        limit=limit,
+        threads=n,
+        repeats=repeats,
+        methods=wanted,
+        sweeps=sweeps,
+        json_path=str(json_path) if json_path else None,
+        plot_dir=str(plot) if plot else None,
+        log=typer.echo,
+    )
     typer.echo(markdown_table(result))
 
 
@@ -132,7 +183,7 @@ def compare(
     samples: int = typer.Option(10000, min=1, help="bootstrap resamples"),
     seed: int = typer.Option(0),
     level: float = typer.Option(0.95, min=0.5, max=0.999, help="interval coverage"),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="write the result here"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the result here"),
 ):
     """Paired bootstrap over documents: A − B with its 95% interval, overall and per key."""
     from pipkie.eval.compare import compare_files, format_comparison
@@ -144,7 +195,7 @@ def compare(
         result = compare_files(a, b, metric=metric, samples=samples, seed=seed, level=level)
     except ValueError as e:
         error(str(e))
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if json_path:
         json_path.write_text(json.dumps(result, indent=2) + "\n")
     typer.echo(format_comparison(result))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,29 +12,59 @@ from pipkie.cli.common import app, decoder_help, error, key_schema, load_extract
 
 @app.command()
 def extract(
-    files: list[Path] = typer.Argument(..., help="documents (images, PDFs, JSON words, SROIE box files, text), "
-                                       "folders (searched recursively) or glob patterns"),
-    keys: Optional[str] = typer.Option(None, help="comma-separated keys, e.g. company,date,address,total; a list of "
-                                       "items as items[name,quantity,price] (default: the model's keys)"),
-    schema: Optional[Path] = typer.Option(None, help="a JSON-schema file (instead of --keys): string properties, "
-                                          "arrays of objects for lists (maxItems)"),
-    model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped models/pipkie)"),
+    files: list[Path] = typer.Argument(
+        ...,
+        help="documents (images, PDFs, JSON words, SROIE box files, text), "
+        "folders (searched recursively) or glob patterns",
+    ),
+    keys: str | None = typer.Option(
+        None,
+        help="comma-separated keys, e.g. company,date,address,total; a list of "
+        "items as items[name,quantity,price] (default: the model's keys)",
+    ),
+    schema: Path | None = typer.Option(
+        None, help="a JSON-schema file (instead of --keys): string properties, arrays of objects for lists (maxItems)"
+    ),
+    model: str | None = typer.Option(
+        None, help="model directory (default: $PIPKIE_MODEL, else the shipped models/pipkie)"
+    ),
     decode: str = typer.Option("pip", help=decoder_help("AR: the model's AR baseline, or --ar-model")),
-    ar_model: Optional[str] = typer.Option(None, help="AR model for --decode ar-free|ar-forced (default: the model's ar_baseline)"),
+    ar_model: str | None = typer.Option(
+        None, help="AR model for --decode ar-free|ar-forced (default: the model's ar_baseline)"
+    ),
     refine_steps: int = typer.Option(0, help="PIP Mask-Predict refinement passes"),
-    pretty: bool = typer.Option(False, "--json", help="pretty-print each result as indented JSON (default: one compact JSON object per line, i.e. JSON lines)"),
-    draw: Optional[Path] = typer.Option(None, help="draw the boxes and values on the page image and save it here (several files: OUT.<file stem>.png)"),
-    threads: Optional[int] = typer.Option(None, help="torch/OCR threads (default $PIPKIE_THREADS or 1)"),
+    pretty: bool = typer.Option(
+        False,
+        "--json",
+        help="pretty-print each result as indented JSON (default: one compact JSON object per line, i.e. JSON lines)",
+    ),
+    draw: Path | None = typer.Option(
+        None, help="draw the boxes and values on the page image and save it here (several files: OUT.<file stem>.png)"
+    ),
+    threads: int | None = typer.Option(None, help="torch/OCR threads (default $PIPKIE_THREADS or 1)"),
     ocr: str = typer.Option("rapidocr", help="OCR engine for images and scanned PDFs: rapidocr | tesseract"),
     batch_size: int = typer.Option(8, min=1, help="documents decoded together (one forward pass for PIP)"),
     max_pages: int = typer.Option(20, min=1, help="refuse documents with more pages"),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr (on a terminal, for 2+ files)"),
-    out: Optional[Path] = typer.Option(None, help="append one JSON line per file here (results and error rows) "
-                                       "instead of stdout; files already in it are skipped (resume)"),
-    workers: int = typer.Option(0, min=0, help="OCR/loading processes running ahead of the model (0: load in this "
-                                "process, one window at a time); with --ray: model actors (0: 1)"),
-    ray: Optional[str] = typer.Option(None, metavar="ADDRESS", help="run on Ray (pipkie[ray]; needs --out): local "
-                                      "(a Ray instance started here), auto (the running cluster) or HOST:PORT"),
+    progress: bool = typer.Option(
+        True, "--progress/--no-progress", help="progress bar on stderr (on a terminal, for 2+ files)"
+    ),
+    out: Path | None = typer.Option(
+        None,
+        help="append one JSON line per file here (results and error rows) "
+        "instead of stdout; files already in it are skipped (resume)",
+    ),
+    workers: int = typer.Option(
+        0,
+        min=0,
+        help="OCR/loading processes running ahead of the model (0: load in this "
+        "process, one window at a time); with --ray: model actors (0: 1)",
+    ),
+    ray: str | None = typer.Option(
+        None,
+        metavar="ADDRESS",
+        help="run on Ray (pipkie[ray]; needs --out): local "
+        "(a Ray instance started here), auto (the running cluster) or HOST:PORT",
+    ),
 ):
     """Extract key fields from documents: one JSON object per file on stdout (JSON lines), or with
     --out appended to a file as {"file": ..., ...} rows, resumably (pipkie.pipeline; docs/SCALE.md).
@@ -67,19 +96,36 @@ def extract(
         ex.decoder(decode)  # AR: load the AR baseline now; a PIP model without one is refused here
     except (OSError, ValueError) as e:
         error(str(e).replace("\n", " "))
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     files = expand_inputs(files)
     outs = draw_paths(draw, files) if draw else [None] * len(files)
     failures = 0
-    common = dict(schema=ks, decode=decode, refine_steps=refine_steps, batch_size=batch_size, max_pages=max_pages,
-                  progress=progress and len(files) > 1, log=lambda m: typer.echo(m, err=True))
+    common = dict(
+        schema=ks,
+        decode=decode,
+        refine_steps=refine_steps,
+        batch_size=batch_size,
+        max_pages=max_pages,
+        progress=progress and len(files) > 1,
+        log=lambda m: typer.echo(m, err=True),
+    )
     if ray:
         if out is None or draw:
             raise typer.BadParameter("--ray writes its rows to --out (and cannot --draw)", param_hint="--ray")
         from pipkie.distributed import extract_files_ray
 
-        outcomes = extract_files_ray(ex.name, files, out, ocr=ocr, ocr_threads=n, model_threads=n, actors=workers or 1,
-                                     ar_model=ar_model, address=None if ray == "local" else ray, **common)
+        outcomes = extract_files_ray(
+            ex.name,
+            files,
+            out,
+            ocr=ocr,
+            ocr_threads=n,
+            model_threads=n,
+            actors=workers or 1,
+            ar_model=ar_model,
+            address=None if ray == "local" else ray,
+            **common,
+        )
     else:
         outcomes = extract_files(ex, files, workers=workers, out=out, **common)
     for o in outcomes:
@@ -91,14 +137,20 @@ def extract(
         if out is None:
             typer.echo(result.to_json(indent=2) if pretty else result.to_json())
             if result.truncated:
-                typer.echo(f"note: {path}: {result.dropped_tokens} document tokens dropped from the middle to fit "
-                           "the model's context (its start and end are kept)", err=True)
+                typer.echo(
+                    f"note: {path}: {result.dropped_tokens} document tokens dropped from the middle to fit "
+                    "the model's context (its start and end are kept)",
+                    err=True,
+                )
             cut = result.cut_fields()
             if cut:
                 typer.echo(f"note: {path}: {', '.join(cut)} filled the whole budget (value may be cut)", err=True)
             for name in result.lists_truncated:
-                typer.echo(f"note: {path}: {name} filled all its items (there may be more: give a larger maxItems "
-                           "in a --schema file)", err=True)
+                typer.echo(
+                    f"note: {path}: {name} filled all its items (there may be more: give a larger maxItems "
+                    "in a --schema file)",
+                    err=True,
+                )
         if outs[o.index] is not None:
             try:
                 draw_extraction(result, o.document, path, outs[o.index])
@@ -115,8 +167,10 @@ def draw_paths(draw: Path, files: list[Path]) -> list[Path]:
     if len(files) == 1:
         return [draw]
     stems = [f.stem for f in files]
-    return [draw.with_name(f"{draw.stem}.{i}.{s}{draw.suffix}" if stems.count(s) > 1 else f"{draw.stem}.{s}{draw.suffix}")
-            for i, s in enumerate(stems)]
+    return [
+        draw.with_name(f"{draw.stem}.{i}.{s}{draw.suffix}" if stems.count(s) > 1 else f"{draw.stem}.{s}{draw.suffix}")
+        for i, s in enumerate(stems)
+    ]
 
 
 def draw_extraction(result, doc, source: Path, out: Path) -> Path:
@@ -124,8 +178,8 @@ def draw_extraction(result, doc, source: Path, out: Path) -> Path:
     that every item gets its own colour."""
     from collections import Counter
 
-    from pipkie.io.document import Word
     from pipkie.explain import page_image
+    from pipkie.io.document import Word
     from pipkie.io.grounding import draw
 
     def words_of(f):
@@ -151,8 +205,8 @@ def ocr(
     src: Path = typer.Argument(..., help="a folder of images/PDFs (searched recursively) or one file"),
     out: Path = typer.Option(..., help="folder for the JSON-words files ({relative path}.json)"),
     engine: str = typer.Option("rapidocr", help="rapidocr | tesseract"),
-    threads: Optional[int] = typer.Option(None, help="OCR threads per process (default $PIPKIE_THREADS or 1)"),
-    limit: Optional[int] = typer.Option(None, help="at most this many files"),
+    threads: int | None = typer.Option(None, help="OCR threads per process (default $PIPKIE_THREADS or 1)"),
+    limit: int | None = typer.Option(None, help="at most this many files"),
     shard: str = typer.Option("0/1", help="I/N: every N-th file from the I-th (run N processes to use N cores)"),
 ):
     """OCR a folder into pipkie's JSON-words format, resumably (files already done are skipped).
@@ -177,19 +231,20 @@ def ocr(
 def explain(
     file: Path = typer.Argument(..., help="the document (image, PDF, JSON words, box file or text)"),
     key: str = typer.Option(..., help="the field to explain, e.g. total"),
-    keys: Optional[str] = typer.Option(None, help="the keys it is decoded among (default: the model's keys)"),
-    model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped model)"),
-    out: Optional[Path] = typer.Option(None, help="heat map PNG (default: <file stem>.<key>.heat.png)"),
-    page: Optional[int] = typer.Option(None, help="page to draw, from 0 (default: the one with most attention)"),
+    keys: str | None = typer.Option(None, help="the keys it is decoded among (default: the model's keys)"),
+    model: str | None = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped model)"),
+    out: Path | None = typer.Option(None, help="heat map PNG (default: <file stem>.<key>.heat.png)"),
+    page: int | None = typer.Option(None, help="page to draw, from 0 (default: the one with most attention)"),
     top: int = typer.Option(10, help="words listed"),
     pretty: bool = typer.Option(False, "--json", help="print the top words as JSON"),
-    threads: Optional[int] = typer.Option(None),
+    threads: int | None = typer.Option(None),
     ocr: str = typer.Option("rapidocr", help="rapidocr | tesseract"),
 ):
     """What chose a field's value: the copy head's start distribution over the document's words and
     the attention of the field's slots (layers, heads, slots averaged), listed and drawn as heat maps
     side by side. The value and confidence are exactly `pipkie extract`'s (the same decoding)."""
-    from pipkie.explain import draw_heatmap, explain as run
+    from pipkie.explain import draw_heatmap
+    from pipkie.explain import explain as run
     from pipkie.io.loaders import DocumentError
     from pipkie.io.ocr import OCREngineError
 
@@ -201,15 +256,17 @@ def explain(
         e = run(ex, doc, key, keys=ks)
     except (DocumentError, OCREngineError, ValueError) as err:
         error(str(err))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     out = out or Path(f"{file.stem}.{key}.heat.png")
     draw_heatmap(e, file, out, doc=doc, page=page)
     if pretty:
         typer.echo(json.dumps({**e.to_dict(top=top), "heatmap": str(out)}, ensure_ascii=False, indent=2))
         return
-    typer.echo(f"{key} = {e.value!r} (confidence {e.confidence:.2f})"
-               + (" (filled its whole budget)" if e.value_truncated else "")
-               + (f"; {e.truncated} document tokens dropped from the middle" if e.truncated else ""))
+    typer.echo(
+        f"{key} = {e.value!r} (confidence {e.confidence:.2f})"
+        + (" (filled its whole budget)" if e.value_truncated else "")
+        + (f"; {e.truncated} document tokens dropped from the middle" if e.truncated else "")
+    )
     if e.copy_head:
         typer.echo("copy head, where the value starts (probability per word):")
         for w, x in e.top_starts(top):

@@ -20,8 +20,12 @@ from pipkie.cli.common import app, set_threads
 from pipkie.train.config import TrainConfig
 
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list[str]": list[str]}
-_CONFIG = inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
-                            default=typer.Option(None, help="JSON file of TrainConfig fields; options override it"))
+_CONFIG = inspect.Parameter(
+    "config",
+    inspect.Parameter.KEYWORD_ONLY,
+    annotation=Optional[Path],
+    default=typer.Option(None, help="JSON file of TrainConfig fields; options override it"),
+)
 
 
 def _default(f) -> object:
@@ -37,12 +41,18 @@ def config_options(skip: tuple[str, ...] = ()) -> list[inspect.Parameter]:
         if kind is None or f.name in skip:
             continue
         help_ = f.metadata.get("help", "")
-        out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[kind],
-                                     default=typer.Option(None, help=f"{help_} [default: {_default(f)!r}]")))
+        out.append(
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=Optional[kind],
+                default=typer.Option(None, help=f"{help_} [default: {_default(f)!r}]"),
+            )
+        )
     return out
 
 
-def train_config(config: Optional[Path], overrides: dict) -> TrainConfig:
+def train_config(config: Path | None, overrides: dict) -> TrainConfig:
     """The config file's fields (unknown ones are an error), then the options given."""
     base = {}
     if config:
@@ -73,10 +83,14 @@ def _command(name: str, doc: str, run_name: str, fixed: dict | None = None):
     app.command(name)(command)
 
 
-_command("finetune", """Stage 2: KV-supervised fine-tuning, PIP (--objective pip) or its AR baseline (--objective ar).
+_command(
+    "finetune",
+    """Stage 2: KV-supervised fine-tuning, PIP (--objective pip) or its AR baseline (--objective ar).
 
 Resumes from OUTPUT_DIR/checkpoint if present. The shipped models: --config configs/train/generalist-pip.json
-(and -ar.json).""", "finetune")
+(and -ar.json).""",
+    "finetune",
+)
 _command("pretrain", "Stage 1: mask pre-training on document text (resumable).", "pretrain", {"objective": "mask"})
 
 
@@ -84,14 +98,36 @@ _command("pretrain", "Stage 1: mask pre-training on document text (resumable).",
 def refit_head(
     model: str = typer.Option(..., help="a fine-tuned model with a copy head"),
     output: str = typer.Option(..., help="where the model with the refitted head goes (may be --model)"),
-    dataset: str = "sroie", data_dir: str = typer.Option(..., help="the dataset's directory"), split: str = "train",
-    epochs: int = 20, lr: float = 1e-4, holdout: float = 0.1, seed: int = 0, limit: Optional[int] = None,
-    threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
+    dataset: str = "sroie",
+    data_dir: str = typer.Option(..., help="the dataset's directory"),
+    split: str = "train",
+    epochs: int = 20,
+    lr: float = 1e-4,
+    holdout: float = 0.1,
+    seed: int = 0,
+    limit: int | None = None,
+    threads: int | None = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
 ):
     """Stage 2b: refit the copy head on frozen features of the training split (pipkie.train.refit_head)."""
     from pipkie.train.refit_head import refit_head as run
 
     n = set_threads(threads)
     typer.echo(f"threads: {n}")
-    typer.echo(json.dumps(run(model=model, output=output, dataset=dataset, data_dir=data_dir, split=split,
-                              epochs=epochs, lr=lr, holdout=holdout, seed=seed, threads=n, limit=limit), indent=2))
+    typer.echo(
+        json.dumps(
+            run(
+                model=model,
+                output=output,
+                dataset=dataset,
+                data_dir=data_dir,
+                split=split,
+                epochs=epochs,
+                lr=lr,
+                holdout=holdout,
+                seed=seed,
+                threads=n,
+                limit=limit,
+            ),
+            indent=2,
+        )
+    )

@@ -10,8 +10,8 @@ formats are described in each module's docstring. `pipkie.data.synthetic` genera
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from pipkie.data.cord import read_cord
 from pipkie.data.donut import read_donut, write_donut

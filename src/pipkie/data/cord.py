@@ -23,8 +23,8 @@ spaces. Words: every `valid_line` word (quad in pixels -> 0-1000 box); page size
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipkie.data.donut import doc_from_ground_truth, read_metadata_jsonl
 from pipkie.data.errors import DataError

@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from pipkie.data.errors import DataError
 from pipkie.io.document import Document, Word, normalize_box
@@ -63,7 +64,7 @@ def unflatten(fields: dict[str, list[str]]) -> dict[str, Any]:
             head, rest = k.split(".", 1)
             groups.setdefault(head, {})[rest] = v
     out: dict[str, Any] = {}
-    for k, v in fields.items():  # keep the first-seen key order
+    for k in fields:  # keep the first-seen key order
         head = k.split(".", 1)[0]
         if head in out:
             continue
@@ -201,8 +202,12 @@ def write_donut(docs: Iterable[Document], out_dir: str | Path, copy_images: bool
                 "meta": {"image_id": doc.id, "image_size": {"width": width, "height": height}},
                 "valid_line": valid_line,
             }
-            f.write(json.dumps({"file_name": file_name, "ground_truth": json.dumps(gt, ensure_ascii=False)},
-                               ensure_ascii=False) + "\n")
+            f.write(
+                json.dumps(
+                    {"file_name": file_name, "ground_truth": json.dumps(gt, ensure_ascii=False)}, ensure_ascii=False
+                )
+                + "\n"
+            )
             n += 1
     return n
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipkie.data.errors import DataError
 from pipkie.io.document import Document, Word, normalize_box
@@ -65,9 +65,7 @@ def parse_form(path: Path, image: Path | None = None) -> Document:
         raise DataError(path, "no top-level `form` list (not a FUNSD annotation)") from None
     try:
         entities = {int(e["id"]): e for e in form}
-        word_rows = [
-            ([float(v) for v in w["box"]], str(w["text"]).strip()) for e in form for w in e.get("words", [])
-        ]
+        word_rows = [([float(v) for v in w["box"]], str(w["text"]).strip()) for e in form for w in e.get("words", [])]
         boxes = [b for b, _ in word_rows] + [[float(v) for v in e["box"]] for e in form]
         if any(len(b) != 4 for b in boxes):
             raise ValueError("boxes must be [x0, y0, x1, y1]")

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import lzma
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipkie.data.errors import DataError
 from pipkie.io.document import Document

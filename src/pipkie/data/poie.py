@@ -23,8 +23,8 @@ as written (e.g. `ENERGY/100G`). Ids: the image path without extension, '/' -> '
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipkie.data.errors import DataError
 from pipkie.io.document import Document, Word, normalize_box, reading_order_lines

@@ -24,9 +24,9 @@ ground truth alike) and OCR-like character errors in the words only (`noise`).
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from datetime import timedelta
-from functools import lru_cache
-from typing import Iterator
+from functools import cache
 
 from faker import Faker
 
@@ -34,27 +34,160 @@ from pipkie.data import locales as L
 from pipkie.data.synthetic import FORM_FONTS, FORM_WIDTHS, RECEIPT_FONTS, RECEIPT_WIDTHS, _check, _generate
 from pipkie.io.document import Document
 
-RECEIPT_KEYS = ("store_name", "store_addr", "tel", "date", "time", "receipt_number", "cashier", "subtotal",
-                "discount", "tax", "tips", "total", "payment_method", "card_last4", "cash", "change")
-INVOICE_KEYS = ("vendor", "vendor_address", "vendor_tel", "vat_id", "invoice_number", "invoice_date", "due_date",
-                "customer", "customer_address", "subtotal", "tax", "total")
+RECEIPT_KEYS = (
+    "store_name",
+    "store_addr",
+    "tel",
+    "date",
+    "time",
+    "receipt_number",
+    "cashier",
+    "subtotal",
+    "discount",
+    "tax",
+    "tips",
+    "total",
+    "payment_method",
+    "card_last4",
+    "cash",
+    "change",
+)
+INVOICE_KEYS = (
+    "vendor",
+    "vendor_address",
+    "vendor_tel",
+    "vat_id",
+    "invoice_number",
+    "invoice_date",
+    "due_date",
+    "customer",
+    "customer_address",
+    "subtotal",
+    "tax",
+    "total",
+)
 ITEM_FIELDS = ("name", "quantity", "unit_price", "price")
-TRADES = ("RESTAURANT", "CAFE", "GRILL", "PIZZA", "BAKERY", "MARKET", "SUPERMARKET", "PHARMACY", "GAS", "DELI",
-          "HARDWARE", "BOOKS", "BAR", "KITCHEN", "FOODS", "STORE", "BISTRO", "TAQUERIA", "SUSHI", "NOODLE HOUSE")
-BRANDS = ("COSTCO", "WALMART", "TARGET", "ALDI", "LIDL", "REWE", "CARREFOUR", "TESCO", "SPAR", "KMART", "SAFEWAY",
-          "KROGER", "WHOLE FOODS", "TRADER JOE'S", "CVS", "WALGREENS", "IKEA", "DM", "EDEKA", "WOOLWORTHS")
-FOODS = ("Burger", "Cheeseburger", "Fries", "Coke", "Diet Coke", "Latte", "Cappuccino", "Espresso", "Croissant",
-         "Bagel", "Pad Thai", "Ramen", "Bibimbap", "Dumplings", "Caesar Salad", "Margherita", "Pepperoni Pizza",
-         "Iced Tea", "Orange Juice", "Beer", "House Wine", "Pasta", "Steak", "Chicken Wings", "Nachos", "Tacos",
-         "Soup of the day", "Brownie", "Water", "Sparkling Water", "Weissbier", "Schnitzel", "Gyros", "Tee")
-GOODS = ("MILK 2%", "BREAD WHT", "EGGS LG 12CT", "BANANAS", "AVOCADOS 6CT", "PAPER TOWEL", "TISSUE", "SHAMPOO",
-         "TOOTHPASTE", "COFFEE BEANS", "OLIVE OIL", "RICE 5LB", "CHICKEN BRST", "APPLES GALA", "YOGURT", "BUTTER",
-         "CHEESE CHEDDAR", "DETERGENT", "BATTERIES AA", "LIGHT BULB", "SCALLOPS", "ALMONDS 3LB", "PECANS 2LB")
-SERVICES = ("Consulting services", "Web hosting (12 months)", "Design work", "Maintenance", "Software licence",
-            "Support plan", "Installation", "Training session", "Freight", "Cleaning service", "Translation")
+TRADES = (
+    "RESTAURANT",
+    "CAFE",
+    "GRILL",
+    "PIZZA",
+    "BAKERY",
+    "MARKET",
+    "SUPERMARKET",
+    "PHARMACY",
+    "GAS",
+    "DELI",
+    "HARDWARE",
+    "BOOKS",
+    "BAR",
+    "KITCHEN",
+    "FOODS",
+    "STORE",
+    "BISTRO",
+    "TAQUERIA",
+    "SUSHI",
+    "NOODLE HOUSE",
+)
+BRANDS = (
+    "COSTCO",
+    "WALMART",
+    "TARGET",
+    "ALDI",
+    "LIDL",
+    "REWE",
+    "CARREFOUR",
+    "TESCO",
+    "SPAR",
+    "KMART",
+    "SAFEWAY",
+    "KROGER",
+    "WHOLE FOODS",
+    "TRADER JOE'S",
+    "CVS",
+    "WALGREENS",
+    "IKEA",
+    "DM",
+    "EDEKA",
+    "WOOLWORTHS",
+)
+FOODS = (
+    "Burger",
+    "Cheeseburger",
+    "Fries",
+    "Coke",
+    "Diet Coke",
+    "Latte",
+    "Cappuccino",
+    "Espresso",
+    "Croissant",
+    "Bagel",
+    "Pad Thai",
+    "Ramen",
+    "Bibimbap",
+    "Dumplings",
+    "Caesar Salad",
+    "Margherita",
+    "Pepperoni Pizza",
+    "Iced Tea",
+    "Orange Juice",
+    "Beer",
+    "House Wine",
+    "Pasta",
+    "Steak",
+    "Chicken Wings",
+    "Nachos",
+    "Tacos",
+    "Soup of the day",
+    "Brownie",
+    "Water",
+    "Sparkling Water",
+    "Weissbier",
+    "Schnitzel",
+    "Gyros",
+    "Tee",
+)
+GOODS = (
+    "MILK 2%",
+    "BREAD WHT",
+    "EGGS LG 12CT",
+    "BANANAS",
+    "AVOCADOS 6CT",
+    "PAPER TOWEL",
+    "TISSUE",
+    "SHAMPOO",
+    "TOOTHPASTE",
+    "COFFEE BEANS",
+    "OLIVE OIL",
+    "RICE 5LB",
+    "CHICKEN BRST",
+    "APPLES GALA",
+    "YOGURT",
+    "BUTTER",
+    "CHEESE CHEDDAR",
+    "DETERGENT",
+    "BATTERIES AA",
+    "LIGHT BULB",
+    "SCALLOPS",
+    "ALMONDS 3LB",
+    "PECANS 2LB",
+)
+SERVICES = (
+    "Consulting services",
+    "Web hosting (12 months)",
+    "Design work",
+    "Maintenance",
+    "Software licence",
+    "Support plan",
+    "Installation",
+    "Training session",
+    "Freight",
+    "Cleaning service",
+    "Translation",
+)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _faker(locale: str) -> Faker:
     return Faker(locale)
 
@@ -103,11 +236,15 @@ class Sheet:
 def _store_name(rng, fake) -> list[str]:
     roll = rng.random()
     if roll < 0.25:
-        return [rng.choice(BRANDS)] + ([rng.choice(("WHOLESALE", "#" + str(rng.randint(10, 999)), "SUPERCENTER"))]
-                                       if rng.random() < 0.4 else [])
+        return [rng.choice(BRANDS)] + (
+            [rng.choice(("WHOLESALE", "#" + str(rng.randint(10, 999)), "SUPERCENTER"))] if rng.random() < 0.4 else []
+        )
     if roll < 0.6:
-        name = f"{fake.last_name()}'s {rng.choice(TRADES).title()}" if rng.random() < 0.5 else \
-            f"{fake.last_name().upper()} {rng.choice(TRADES)}"
+        name = (
+            f"{fake.last_name()}'s {rng.choice(TRADES).title()}"
+            if rng.random() < 0.5
+            else f"{fake.last_name().upper()} {rng.choice(TRADES)}"
+        )
         return name.split(" ", 1) if rng.random() < 0.3 and " " in name else [name]
     if roll < 0.85:
         return [fake.company()]
@@ -146,7 +283,9 @@ def _items(sheet: Sheet, rng, loc, cur, goods: tuple) -> float:
             sheet.row((name, 0, "l", None), (price, 1, "r", None))
         elif style == "c":  # "2 Name  12.00 A"
             it.update(quantity=str(qty), unit_price="")
-            sheet.row((str(qty), 0, "l", None), (name, 0.08, "l", None), (price, 0.9, "r", None), *([flag] if flag else []))
+            sheet.row(
+                (str(qty), 0, "l", None), (name, 0.08, "l", None), (price, 0.9, "r", None), *([flag] if flag else [])
+            )
         elif style == "d":  # "Name" / "  2 @ 3.00      6.00"
             it.update(quantity=str(qty), unit_price=unit_s)
             sheet.row((name, 0, "l", None))
@@ -156,7 +295,9 @@ def _items(sheet: Sheet, rng, loc, cur, goods: tuple) -> float:
             sheet.row((name, 0, "l", None), (price, 0.9, "r", None), *([flag] if flag else []))
         else:  # columns: "Name  Qty  Unit  Amount"
             it.update(name=name[:24], quantity=str(qty), unit_price=unit_s)
-            sheet.row((name[:24], 0, "l", None), (str(qty), 0.55, "r", None), (unit_s, 0.75, "r", None), (price, 1, "r", None))
+            sheet.row(
+                (name[:24], 0, "l", None), (str(qty), 0.55, "r", None), (unit_s, 0.75, "r", None), (price, 1, "r", None)
+            )
         sheet.items.append(it)
     return total
 
@@ -177,12 +318,17 @@ def _world_receipt(rng: random.Random, _fake, fit, rule: str, missing_prob: floa
             sheet.wrapped(line, pos, align, "store_addr")
     if has("tel", 0.7):
         label = loc.label("tel", rng) if rng.random() < 0.6 else ""
-        sheet.row(*([(label, 0.2, "l")] if label else []), (L.phone(loc, rng), pos if not label else 0.45, align, "tel"))
+        sheet.row(
+            *([(label, 0.2, "l")] if label else []), (L.phone(loc, rng), pos if not label else 0.45, align, "tel")
+        )
     if rng.random() < 0.3:
         sheet.row((f"{loc.label('vat_id', rng)} {rng.randrange(10**8, 10**11)}", pos, align))
     sheet.gap()
     day = L.random_day(rng)
-    date_s, time_s = L.format_date(day, rng.choice(loc.date_formats), rng), L.format_time(rng, rng.choice(loc.time_formats))
+    date_s, time_s = (
+        L.format_date(day, rng.choice(loc.date_formats), rng),
+        L.format_time(rng, rng.choice(loc.time_formats)),
+    )
     show_date, show_time = has("date", 0.9), has("time", 0.8)
     number = f"{rng.choice(('', '#', 'R', 'T', 'INV'))}{rng.randrange(10**3, 10**9)}"
     when = rng.random()
@@ -230,8 +376,10 @@ def _world_receipt(rng: random.Random, _fake, fit, rule: str, missing_prob: floa
         brand = loc.label("card", rng)
         sheet.row((brand, 0, "l", "payment_method"), (m(total), 1, "r"))
         if rng.random() < 0.7:
-            sheet.row((rng.choice(("XXXXXXXXXXXX", "************", "**** **** **** ", "Card # ")), 0, "l"),
-                      (card, 0.45, "l", "card_last4"))
+            sheet.row(
+                (rng.choice(("XXXXXXXXXXXX", "************", "**** **** **** ", "Card # ")), 0, "l"),
+                (card, 0.45, "l", "card_last4"),
+            )
         if rng.random() < 0.4:
             sheet.row((f"AUTH CODE {rng.randrange(10**5, 10**6)}", 0, "l"))
     else:
@@ -265,13 +413,20 @@ def _invoice(rng: random.Random, _fake, fit, rule: str, missing_prob: float, var
     if has(0.7):
         sheet.row((loc.label("tel", rng), 0, "l"), (L.phone(loc, rng), 0.12, "l", "vendor_tel"))
     if has(0.6):
-        sheet.row((loc.label("vat_id", rng), 0, "l"), (f"{fake.country_code()}{rng.randrange(10**8, 10**10)}", 0.18, "l", "vat_id"))
+        sheet.row(
+            (loc.label("vat_id", rng), 0, "l"),
+            (f"{fake.country_code()}{rng.randrange(10**8, 10**10)}", 0.18, "l", "vat_id"),
+        )
     sheet.gap()
-    number = rng.choice(("INV-{:05d}", "{:06d}", "F{:07d}", "2023-{:04d}", "RE{:05d}")).format(rng.randrange(10**4, 10**5))
+    number = rng.choice(("INV-{:05d}", "{:06d}", "F{:07d}", "2023-{:04d}", "RE{:05d}")).format(
+        rng.randrange(10**4, 10**5)
+    )
     issued = L.random_day(rng)
     fmt = rng.choice(loc.date_formats)
-    meta = [(rng.choice(("Invoice No:", "Invoice #", "Number:", "Rechnungsnr.", "N°")), number, "invoice_number"),
-            (rng.choice(("Invoice Date:", "Date:", "Datum:", "Issued:")), L.format_date(issued, fmt, rng), "invoice_date")]
+    meta = [
+        (rng.choice(("Invoice No:", "Invoice #", "Number:", "Rechnungsnr.", "N°")), number, "invoice_number"),
+        (rng.choice(("Invoice Date:", "Date:", "Datum:", "Issued:")), L.format_date(issued, fmt, rng), "invoice_date"),
+    ]
     if has(0.7):
         due = issued + timedelta(days=rng.choice((7, 14, 30, 60)))
         meta.append((loc.label("due", rng), L.format_date(due, fmt, rng), "due_date"))
@@ -305,7 +460,9 @@ def _invoice(rng: random.Random, _fake, fit, rule: str, missing_prob: float, var
     tax, total = round(subtotal * rate, 2), round(subtotal * (1 + rate), 2)
     sheet.row((loc.label("subtotal", rng), 0.55, "l"), (L.money(subtotal, loc, cur), 1, "r", "subtotal"))
     label = loc.label("tax", rng)
-    sheet.row((label if "%" in label else f"{label} {rate * 100:g}%", 0.55, "l"), (L.money(tax, loc, cur), 1, "r", "tax"))
+    sheet.row(
+        (label if "%" in label else f"{label} {rate * 100:g}%", 0.55, "l"), (L.money(tax, loc, cur), 1, "r", "tax")
+    )
     sheet.row((loc.label("total", rng), 0.55, "l"), (L.money(total, loc, cur), 1, "r", "total"))
     sheet.gap()
     if rng.random() < 0.6:
@@ -313,20 +470,66 @@ def _invoice(rng: random.Random, _fake, fit, rule: str, missing_prob: float, var
     return sheet.rows, sheet.fields()
 
 
-def generate_world_receipts(n: int, seed: int = 0, *, out_dir=None, render: bool = True, missing_prob: float = 0.05,
-                            noise: float = 0.0, skew: float = 0.0, id_prefix: str = "world-receipt",
-                            start: int = 0) -> Iterator[Document]:
+def generate_world_receipts(
+    n: int,
+    seed: int = 0,
+    *,
+    out_dir=None,
+    render: bool = True,
+    missing_prob: float = 0.05,
+    noise: float = 0.0,
+    skew: float = 0.0,
+    id_prefix: str = "world-receipt",
+    start: int = 0,
+) -> Iterator[Document]:
     """Yield receipts start..n-1 from the locales of `pipkie.data.locales` (fields: RECEIPT_KEYS and
     items.*); document i depends only on (seed, i)."""
     _check(render, out_dir)
-    return _generate("world-receipt", n, seed, out_dir, render, True, missing_prob, noise, skew, id_prefix,
-                     build=_world_receipt, fonts=RECEIPT_FONTS, widths=RECEIPT_WIDTHS, start=start)
+    return _generate(
+        "world-receipt",
+        n,
+        seed,
+        out_dir,
+        render,
+        True,
+        missing_prob,
+        noise,
+        skew,
+        id_prefix,
+        build=_world_receipt,
+        fonts=RECEIPT_FONTS,
+        widths=RECEIPT_WIDTHS,
+        start=start,
+    )
 
 
-def generate_invoices(n: int, seed: int = 0, *, out_dir=None, render: bool = True, missing_prob: float = 0.05,
-                      noise: float = 0.0, skew: float = 0.0, id_prefix: str = "invoice",
-                      start: int = 0) -> Iterator[Document]:
+def generate_invoices(
+    n: int,
+    seed: int = 0,
+    *,
+    out_dir=None,
+    render: bool = True,
+    missing_prob: float = 0.05,
+    noise: float = 0.0,
+    skew: float = 0.0,
+    id_prefix: str = "invoice",
+    start: int = 0,
+) -> Iterator[Document]:
     """Yield one-page invoices start..n-1 (fields: INVOICE_KEYS and items.*)."""
     _check(render, out_dir)
-    return _generate("invoice", n, seed, out_dir, render, True, missing_prob, noise, skew, id_prefix,
-                     build=_invoice, fonts=FORM_FONTS, widths=FORM_WIDTHS, start=start)
+    return _generate(
+        "invoice",
+        n,
+        seed,
+        out_dir,
+        render,
+        True,
+        missing_prob,
+        noise,
+        skew,
+        id_prefix,
+        build=_invoice,
+        fonts=FORM_FONTS,
+        widths=FORM_WIDTHS,
+        start=start,
+    )

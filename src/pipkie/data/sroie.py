@@ -12,8 +12,8 @@ extent. Keys: company, date, address, total.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipkie.data.errors import DataError
 from pipkie.io.document import Document, Word, normalize_box
@@ -30,7 +30,9 @@ def in_dev(doc_id: str) -> bool:
     return int(hashlib.sha1(doc_id.encode()).hexdigest()[:8], 16) < DEV_FRACTION * 16**8
 
 
-def read_box_file(path: Path, width: float | None = None, height: float | None = None) -> tuple[list[Word], tuple[int, int]]:
+def read_box_file(
+    path: Path, width: float | None = None, height: float | None = None
+) -> tuple[list[Word], tuple[int, int]]:
     """Words of one SROIE box file, normalised to 0-1000 (page size from the boxes if not given)."""
     rows: list[tuple[list[float], str]] = []
     try:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rapidfuzz import fuzz
 
@@ -32,8 +33,13 @@ def _percentile(values: list[int], q: float) -> float:
 def _summary(values: list[int]) -> dict[str, float]:
     if not values:
         return {"n": 0, "mean": 0.0, "p50": 0, "p95": 0, "max": 0}
-    return {"n": len(values), "mean": sum(values) / len(values), "p50": _percentile(values, 50),
-            "p95": _percentile(values, 95), "max": max(values)}
+    return {
+        "n": len(values),
+        "mean": sum(values) / len(values),
+        "p50": _percentile(values, 50),
+        "p95": _percentile(values, 95),
+        "max": max(values),
+    }
 
 
 def _count_tokens(tokenizer: Any, text: str) -> int:
@@ -83,8 +89,10 @@ def value_coverage(docs: Iterable[Document], keys: Iterable[str] | None = None, 
                 c[1] += value.strip() in text
                 c[2] += v in norm
                 c[3] += v in norm or fuzz.partial_ratio(v, norm) >= threshold
-    return {k: {"n": n, "verbatim": a / n if n else 0.0, "normalized": b / n if n else 0.0,
-                "fuzzy": f / n if n else 0.0} for k, (n, a, b, f) in counts.items()}
+    return {
+        k: {"n": n, "verbatim": a / n if n else 0.0, "normalized": b / n if n else 0.0, "fuzzy": f / n if n else 0.0}
+        for k, (n, a, b, f) in counts.items()
+    }
 
 
 def format_table(header: list[str], rows: list[list[Any]]) -> str:

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Iterator
 from datetime import date, timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterator
 
 from faker import Faker
 from PIL import Image, ImageDraw, ImageFont
@@ -38,14 +38,54 @@ FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 RECEIPT_FONTS = ("DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansCondensed.ttf", "DejaVuSans.ttf")
 FORM_FONTS = ("DejaVuSans.ttf", "DejaVuSerif.ttf", "DejaVuSansCondensed.ttf")
 MONTHS = "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split()
-DATE_FORMATS = ("{d:02d}/{m:02d}/{Y}", "{d:02d}-{m:02d}-{y:02d}", "{d:02d} {b} {Y}", "{d:02d}/{m:02d}/{y:02d}",
-                "{d:02d}.{m:02d}.{Y}", "{Y}-{m:02d}-{d:02d}", "{d:02d}-{b}-{Y}")
+DATE_FORMATS = (
+    "{d:02d}/{m:02d}/{Y}",
+    "{d:02d}-{m:02d}-{y:02d}",
+    "{d:02d} {b} {Y}",
+    "{d:02d}/{m:02d}/{y:02d}",
+    "{d:02d}.{m:02d}.{Y}",
+    "{Y}-{m:02d}-{d:02d}",
+    "{d:02d}-{b}-{Y}",
+)
 SUFFIXES = ("SDN BHD", "SDN. BHD.", "Sdn. Bhd.", "SDN.BHD.", "(M) SDN BHD", "ENTERPRISE", "TRADING", "BHD", "RESOURCES")
-TRADES = ("TRADING", "HARDWARE", "BOOK STORE", "STATIONERY", "MART", "FOOD INDUSTRIES", "RESTAURANT", "BAKERY",
-          "PHARMACY", "ELECTRICAL", "GIFT SHOP", "MINI MARKET", "CAFE", "AUTO PARTS", "SUPERMARKET")
-PRODUCTS = ("MINERAL WATER 500ML", "WHITE BREAD", "TEH TARIK", "NASI LEMAK", "A4 PAPER 80GSM", "PVC PIPE 1/2\"",
-            "BOLT & NUT M8", "KOPI O", "MILO ICE", "CHICKEN RICE", "BATTERY AA 4S", "MASKING TAPE", "EGG GRADE A 10S",
-            "SUGAR 1KG", "COOKING OIL 2KG", "CABLE TIE 8\"", "PAINT BRUSH 2\"", "ROTI CANAI", "MEE GORENG")
+TRADES = (
+    "TRADING",
+    "HARDWARE",
+    "BOOK STORE",
+    "STATIONERY",
+    "MART",
+    "FOOD INDUSTRIES",
+    "RESTAURANT",
+    "BAKERY",
+    "PHARMACY",
+    "ELECTRICAL",
+    "GIFT SHOP",
+    "MINI MARKET",
+    "CAFE",
+    "AUTO PARTS",
+    "SUPERMARKET",
+)
+PRODUCTS = (
+    "MINERAL WATER 500ML",
+    "WHITE BREAD",
+    "TEH TARIK",
+    "NASI LEMAK",
+    "A4 PAPER 80GSM",
+    'PVC PIPE 1/2"',
+    "BOLT & NUT M8",
+    "KOPI O",
+    "MILO ICE",
+    "CHICKEN RICE",
+    "BATTERY AA 4S",
+    "MASKING TAPE",
+    "EGG GRADE A 10S",
+    "SUGAR 1KG",
+    "COOKING OIL 2KG",
+    'CABLE TIE 8"',
+    'PAINT BRUSH 2"',
+    "ROTI CANAI",
+    "MEE GORENG",
+)
 Row = list[tuple[str, float, str]]  # (text, position 0-1 across the text area, align "l" | "c" | "r")
 
 
@@ -65,14 +105,23 @@ def _date(rng: random.Random, fmt: str | None = None, first_year: int = 2015, ye
     day = date(first_year, 1, 1) + timedelta(days=rng.randrange(years * 365))
     fmt = fmt or rng.choice(DATE_FORMATS)
     month = MONTHS[day.month - 1]
-    return fmt.format(d=day.day, m=day.month, Y=day.year, y=day.year % 100,
-                      b=month if rng.random() < 0.6 else month.title())
+    return fmt.format(
+        d=day.day, m=day.month, Y=day.year, y=day.year % 100, b=month if rng.random() < 0.6 else month.title()
+    )
 
 
 def _company(rng: random.Random, fake: Faker) -> str:
     last, trade = fake.last_name().upper(), rng.choice(TRADES)
-    name = rng.choice((f"{last} {trade}", f"{last} & {fake.last_name().upper()}", f"KEDAI {trade} {last}",
-                       f"{fake.word().upper()} {trade}", f"RESTORAN {last}", f"{last} {fake.word().upper()}"))
+    name = rng.choice(
+        (
+            f"{last} {trade}",
+            f"{last} & {fake.last_name().upper()}",
+            f"KEDAI {trade} {last}",
+            f"{fake.word().upper()} {trade}",
+            f"RESTORAN {last}",
+            f"{last} {fake.word().upper()}",
+        )
+    )
     name = f"{name} {rng.choice(SUFFIXES)}"
     return name if rng.random() < 0.8 else name.title().replace("Sdn Bhd", "Sdn. Bhd.")
 
@@ -87,8 +136,12 @@ def _address_lines(rng: random.Random, fake: Faker) -> list[str]:
 
 
 def _phone(rng: random.Random) -> str:
-    return rng.choice(("0{}-{:04d} {:04d}".format(rng.randint(3, 9), rng.randrange(10**4), rng.randrange(10**4)),
-                       "01{}-{:03d} {:04d}".format(rng.randint(0, 9), rng.randrange(1000), rng.randrange(10**4))))
+    return rng.choice(
+        (
+            f"0{rng.randint(3, 9)}-{rng.randrange(10**4):04d} {rng.randrange(10**4):04d}",
+            f"01{rng.randint(0, 9)}-{rng.randrange(1000):03d} {rng.randrange(10**4):04d}",
+        )
+    )
 
 
 def _ic_number(rng: random.Random) -> str:
@@ -130,14 +183,25 @@ def _receipt(rng: random.Random, fake: Faker, fit, rule: str, missing_prob: floa
     if rng.random() < 0.7:
         rows.append(centre(f"{rng.choice(('GST ID', 'GST REG NO', 'GST NO'))}: {rng.randrange(10**12):012d}"))
     rows += [None, centre(rng.choice(("TAX INVOICE", "SIMPLIFIED TAX INVOICE", "CASH RECEIPT", "RECEIPT")))]
-    rows.append([(f"{rng.choice(('INVOICE NO', 'Receipt #', 'BILL NO', 'DOC NO'))}: "
-                  f"{rng.choice(('CS', 'INV', 'R', ''))}{rng.randrange(10**8):08d}", 0, "l")])
+    rows.append(
+        [
+            (
+                f"{rng.choice(('INVOICE NO', 'Receipt #', 'BILL NO', 'DOC NO'))}: "
+                f"{rng.choice(('CS', 'INV', 'R', ''))}{rng.randrange(10**8):08d}",
+                0,
+                "l",
+            )
+        ]
+    )
     time_str = f"{rng.randint(8, 22):02d}:{rng.randrange(60):02d}"
     time_str += f":{rng.randrange(60):02d}" if rng.random() < 0.5 else ""
     date_at_end = variety and rng.random() < 0.2
     if keep["date"] and not date_at_end:
-        rows.append([(f"DATE: {date_str}", 0, "l"), (f"TIME: {time_str}", 1, "r")] if rng.random() < 0.5
-                    else [(f"{date_str} {time_str}", 0, "l")])
+        rows.append(
+            [(f"DATE: {date_str}", 0, "l"), (f"TIME: {time_str}", 1, "r")]
+            if rng.random() < 0.5
+            else [(f"{date_str} {time_str}", 0, "l")]
+        )
         fields["date"] = [date_str]
     rows.append([(f"CASHIER: {fake.first_name().upper()}", 0, "l")])
     rows.append([(rule, 0.5, "c")])
@@ -174,13 +238,20 @@ def _receipt(rng: random.Random, fake: Faker, fit, rule: str, missing_prob: floa
     if rng.random() < 0.4:
         rows.append([(f"TOTAL QTY: {qty_total}", 0, "l")])
     if rng.random() < 0.3:
-        rows += [None, [("GST SUMMARY", 0, "l"), ("AMOUNT", 0.7, "r"), ("TAX", 1, "r")],
-                 [("SR @ 6%", 0, "l"), (_money(subtotal), 0.7, "r"), (_money(tax), 1, "r")]]
+        rows += [
+            None,
+            [("GST SUMMARY", 0, "l"), ("AMOUNT", 0.7, "r"), ("TAX", 1, "r")],
+            [("SR @ 6%", 0, "l"), (_money(subtotal), 0.7, "r"), (_money(tax), 1, "r")],
+        ]
     if keep["date"] and date_at_end:
         rows += [None, [(f"{date_str} {time_str}", 0.5, "c")]]
         fields["date"] = [date_str]
-    rows += [None] + [centre(t) for t in rng.sample(
-        ("THANK YOU", "PLEASE COME AGAIN", "GOODS SOLD ARE NOT RETURNABLE", "THANK YOU & HAVE A NICE DAY"), 2)]
+    rows += [None] + [
+        centre(t)
+        for t in rng.sample(
+            ("THANK YOU", "PLEASE COME AGAIN", "GOODS SOLD ARE NOT RETURNABLE", "THANK YOU & HAVE A NICE DAY"), 2
+        )
+    ]
     return rows, fields
 
 
@@ -202,8 +273,18 @@ FORM_FIELDS: dict[str, tuple[tuple[str, ...], Callable]] = {
 
 
 def _form(rng: random.Random, fake: Faker, fit, rule: str, missing_prob: float, variety: bool):
-    rows: list[Row | None] = [[(rng.choice(("APPLICATION FORM", "CUSTOMER REGISTRATION", "CLAIM FORM",
-                                             "MEMBERSHIP FORM", "PAYMENT ADVICE")), 0.5, "c")], None]
+    rows: list[Row | None] = [
+        [
+            (
+                rng.choice(
+                    ("APPLICATION FORM", "CUSTOMER REGISTRATION", "CLAIM FORM", "MEMBERSHIP FORM", "PAYMENT ADVICE")
+                ),
+                0.5,
+                "c",
+            )
+        ],
+        None,
+    ]
     fields: dict[str, list[str]] = {}
     keys = rng.sample(sorted(FORM_FIELDS), rng.randint(4, 9))
     layout = rng.choice(("inline", "columns", "stacked", "two_up")) if variety else "columns"
@@ -233,13 +314,31 @@ def _form(rng: random.Random, fake: Faker, fit, rule: str, missing_prob: float, 
                     pending = []
     if pending:
         rows.append(pending)
-    rows += [None, [(rule, 0.5, "c")] if rng.random() < 0.5 else None,
-             [("Signature: ____________", 0, "l"), (f"Page 1 of {rng.randint(1, 3)}", 1, "r")]]
+    rows += [
+        None,
+        [(rule, 0.5, "c")] if rng.random() < 0.5 else None,
+        [("Signature: ____________", 0, "l"), (f"Page 1 of {rng.randint(1, 3)}", 1, "r")],
+    ]
     return rows, fields
 
 
-_CONFUSIONS = {"O": "0", "0": "O", "I": "1", "l": "1", "1": "l", "S": "5", "5": "S", "B": "8", "8": "B",
-               "Z": "2", "G": "6", ".": ",", ",": ".", "E": "F", "rn": "m"}
+_CONFUSIONS = {
+    "O": "0",
+    "0": "O",
+    "I": "1",
+    "l": "1",
+    "1": "l",
+    "S": "5",
+    "5": "S",
+    "B": "8",
+    "8": "B",
+    "Z": "2",
+    "G": "6",
+    ".": ",",
+    ",": ".",
+    "E": "F",
+    "rn": "m",
+}
 
 
 def ocr_noise(text: str, rng: random.Random, p: float) -> str:
@@ -267,9 +366,22 @@ def _check(render: bool, out_dir) -> None:
 RECEIPT_WIDTHS, FORM_WIDTHS = (420, 480, 540, 600), (760, 850, 960)
 
 
-def _generate(kind: str, n: int, seed: int, out_dir, render: bool, layout_variety: bool, missing_prob: float,
-              noise: float, skew: float, id_prefix: str, build: Callable | None = None, fonts: tuple = (),
-              widths: tuple = (), start: int = 0) -> Iterator[Document]:
+def _generate(
+    kind: str,
+    n: int,
+    seed: int,
+    out_dir,
+    render: bool,
+    layout_variety: bool,
+    missing_prob: float,
+    noise: float,
+    skew: float,
+    id_prefix: str,
+    build: Callable | None = None,
+    fonts: tuple = (),
+    widths: tuple = (),
+    start: int = 0,
+) -> Iterator[Document]:
     """Lay out and (optionally) draw n documents of `build(rng, fake, fit, rule, missing_prob, variety)`,
     which returns rows of `(text, position, align[, anything])` segments (None = a gap) and fields."""
     if render:
@@ -329,19 +441,41 @@ def _generate(kind: str, n: int, seed: int, out_dir, render: bool, layout_variet
         yield Document(id=doc_id, words=words, page_sizes=[(w2, h2)], fields=fields, images=images)
 
 
-def generate_receipts(n: int, seed: int = 0, *, out_dir: str | Path | None = None, render: bool = True,
-                      layout_variety: bool = True, missing_prob: float = 0.05, noise: float = 0.0,
-                      skew: float = 0.0, id_prefix: str = "synth-receipt", start: int = 0) -> Iterator[Document]:
+def generate_receipts(
+    n: int,
+    seed: int = 0,
+    *,
+    out_dir: str | Path | None = None,
+    render: bool = True,
+    layout_variety: bool = True,
+    missing_prob: float = 0.05,
+    noise: float = 0.0,
+    skew: float = 0.0,
+    id_prefix: str = "synth-receipt",
+    start: int = 0,
+) -> Iterator[Document]:
     """Yield receipts start..n-1 with fields company/date/address/total (a generator; wrap in list())."""
     _check(render, out_dir)
-    return _generate("receipt", n, seed, out_dir, render, layout_variety, missing_prob, noise, skew, id_prefix,
-                     start=start)
+    return _generate(
+        "receipt", n, seed, out_dir, render, layout_variety, missing_prob, noise, skew, id_prefix, start=start
+    )
 
 
-def generate_forms(n: int, seed: int = 0, *, out_dir: str | Path | None = None, render: bool = True,
-                   layout_variety: bool = True, missing_prob: float = 0.1, noise: float = 0.0,
-                   skew: float = 0.0, id_prefix: str = "synth-form", start: int = 0) -> Iterator[Document]:
+def generate_forms(
+    n: int,
+    seed: int = 0,
+    *,
+    out_dir: str | Path | None = None,
+    render: bool = True,
+    layout_variety: bool = True,
+    missing_prob: float = 0.1,
+    noise: float = 0.0,
+    skew: float = 0.0,
+    id_prefix: str = "synth-form",
+    start: int = 0,
+) -> Iterator[Document]:
     """Yield forms start..n-1 whose fields are 4-9 keys of FORM_FIELDS (a generator; wrap in list())."""
     _check(render, out_dir)
-    return _generate("form", n, seed, out_dir, render, layout_variety, missing_prob, noise, skew, id_prefix,
-                     start=start)
+    return _generate(
+        "form", n, seed, out_dir, render, layout_variety, missing_prob, noise, skew, id_prefix, start=start
+    )

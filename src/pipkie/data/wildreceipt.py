@@ -26,8 +26,8 @@ trained and scored on WildReceipt.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipkie.data.errors import DataError
 from pipkie.io.document import Document, Word, normalize_box, reading_order_lines
@@ -66,7 +66,13 @@ def items_of(by_key: dict[str, list[Word]]) -> list[dict[str, str]]:
             carry = parts  # a quantity alone: the next line's
             continue
         last = items[-1] if items else None
-        if last and not item["name"] and last["name"] and not last["price"] and not (item["quantity"] and last["quantity"]):
+        if (
+            last
+            and not item["name"]
+            and last["name"]
+            and not last["price"]
+            and not (item["quantity"] and last["quantity"])
+        ):
             last["price"] = item["price"]
             last["quantity"] = last["quantity"] or item["quantity"]
             continue

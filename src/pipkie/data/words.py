@@ -10,8 +10,8 @@ not a pipkie document raises DataError naming it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipkie.data.errors import DataError
 from pipkie.io.document import Document

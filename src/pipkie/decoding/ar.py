@@ -26,8 +26,8 @@ from transformers import DynamicCache
 from pipkie.decoding.base import Decoder
 from pipkie.decoding.pip import FieldResult, Prediction, _field_result, _geo_mean, left_pad, positions
 from pipkie.model.groups import ar_steps, collect, parse_free_item
-from pipkie.schema import KeySchema
 from pipkie.model.template import TemplateBuilder
+from pipkie.schema import KeySchema
 
 
 @dataclass
@@ -53,8 +53,16 @@ class ARStats:
 
 
 @torch.inference_mode()
-def ar_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[KeySchema], *,
-              mode: str = "forced", stats: ARStats | None = None, fixed_length: bool = False) -> list[Prediction]:
+def ar_decode(
+    model,
+    builder: TemplateBuilder,
+    texts: list[str],
+    schemas: list[KeySchema],
+    *,
+    mode: str = "forced",
+    stats: ARStats | None = None,
+    fixed_length: bool = False,
+) -> list[Prediction]:
     """Greedy AR decoding. `fixed_length` (forced mode, benchmarks only) ignores `<|pip_end|>` and
     generates every key's full budget, to time AR on values of a chosen length."""
     if mode not in ("free", "forced"):
@@ -68,15 +76,18 @@ def ar_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[K
         chunks.append(enc.input_ids + ([] if free else steps[0].header))
     ids, attn = left_pad(chunks, builder.pad_id)
     cache = DynamicCache(config=model.config)
-    out = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), cache=cache,
-                use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=ids, attention_mask=attn, position_ids=positions(attn), cache=cache, use_cache=True, logits_to_keep=1
+    )
     seen = attn.sum(-1)  # real tokens per row so far
     stats = stats or ARStats()
     while True:
         probs = out.logits[:, -1].float().softmax(-1)
         conf, nxt = probs.max(-1)
-        chunks = [_advance(builder, r, int(t), float(p)) if not r.done else [] for r, t, p in
-                  zip(rows, nxt.tolist(), conf.tolist())]
+        chunks = [
+            _advance(builder, r, int(t), float(p)) if not r.done else []
+            for r, t, p in zip(rows, nxt.tolist(), conf.tolist())
+        ]
         if all(r.done for r in rows):
             stats.generated += sum(r.n_generated for r in rows)
             break
@@ -85,8 +96,9 @@ def ar_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[K
         attn = torch.cat([attn, step_attn], dim=1)
         pos = positions(step_attn, seen)
         seen = seen + step_attn.sum(-1)
-        out = model(input_ids=step, attention_mask=attn, position_ids=pos, cache=cache,
-                    use_cache=True, logits_to_keep=1)
+        out = model(
+            input_ids=step, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1
+        )
         stats.steps += 1
     return [_finish(builder, r) for r in rows]
 
@@ -131,8 +143,9 @@ def _finish(builder: TemplateBuilder, r: _Row) -> Prediction:
     return out
 
 
-def parse_free_answer(builder: TemplateBuilder, toks: list[int], probs: list[float], keys: list[str],
-                      schema: KeySchema | None = None) -> Prediction:
+def parse_free_answer(
+    builder: TemplateBuilder, toks: list[int], probs: list[float], keys: list[str], schema: KeySchema | None = None
+) -> Prediction:
     """Split a free answer at `<|pip_end|>`; each piece reads `\\nkey: value`. Keys the model did not
     write are missing (confidence 0); keys outside the schema are ignored. A last piece that nothing
     closed (the answer ran out of its token budget) is `truncated`. With the schema's lists: pieces
@@ -149,8 +162,9 @@ def parse_free_answer(builder: TemplateBuilder, toks: list[int], probs: list[flo
         key, sep, value = piece.strip().partition(":")
         key, raw = key.strip(), value.strip()
         value = None if not raw or raw == "unknown" else raw
-        result = FieldResult(value, _geo_mean(probs[start: i + 1]), toks[start:i + 1],
-                             truncated=i == len(toks) and value is not None)
+        result = FieldResult(
+            value, _geo_mean(probs[start : i + 1]), toks[start : i + 1], truncated=i == len(toks) and value is not None
+        )
         item = parse_free_item(schema, key) if sep and schema is not None and schema.groups else None
         if sep and key in keys and key not in results:
             results[key] = result

@@ -24,8 +24,17 @@ class Decoder(ABC):
     refines: bool = False
 
     @abstractmethod
-    def decode(self, model, builder: TemplateBuilder, texts: list[str], schemas: list[KeySchema], *,
-               pattern: str = "prefix_causal", refine_steps: int = 0, trace: list | None = None) -> list[dict]:
+    def decode(
+        self,
+        model,
+        builder: TemplateBuilder,
+        texts: list[str],
+        schemas: list[KeySchema],
+        *,
+        pattern: str = "prefix_causal",
+        refine_steps: int = 0,
+        trace: list | None = None,
+    ) -> list[dict]:
         """Per document, key -> FieldResult (or ItemsResult for a list). `pattern`: the PIP
         model's attention pattern (its `Settings.pattern`); `trace`: per document, what the copy
         head computed (PIP with a copy head; others append nothing)."""

@@ -1,9 +1,9 @@
 """The PIP decoder: one forward pass over the answer template, optional Mask-Predict refinement.
 
-Every decoder (this one and `pipkie.decoding.ar`) takes a batch of (document text, KeySchema) and return, per document, a dict
-key -> `FieldResult(value, confidence, tokens)`; `value` is None for a missing field (`unknown`).
-A list of the schema (`pipkie.model.groups`) maps to an `ItemsResult`: its items, each a dict field ->
-FieldResult, in document order (`.value`: the list of {field: value}).
+Every decoder (this one and `pipkie.decoding.ar`) takes a batch of (document text, KeySchema) and
+returns, per document, a dict key -> `FieldResult(value, confidence, tokens)`; `value` is None for
+a missing field (`unknown`). A list of the schema (`pipkie.model.groups`) maps to an `ItemsResult`:
+its items, each a dict field -> FieldResult, in document order (`.value`: the list of {field: value}).
 
 Confidence is the geometric mean of the chosen tokens' probabilities over the value's tokens and
 the token that closes it (`<|pip_end|>`), i.e. exp(mean log p): 1.0 when every token was certain.
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from pipkie.decoding.base import Decoder
 from pipkie.model.attention import build_attention_mask, causal_rows
 from pipkie.model.copyhead import FieldSpan, get_head, mixture, start_gate_past, stream_keys
-from pipkie.schema import KeySchema
-from pipkie.decoding.base import Decoder
 from pipkie.model.template import Encoded, TemplateBuilder
+from pipkie.schema import KeySchema
 
 
 @dataclass
@@ -56,8 +56,8 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     attn = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):
         if s:
-            ids[i, width - len(s):] = torch.tensor(s)
-            attn[i, width - len(s):] = 1
+            ids[i, width - len(s) :] = torch.tensor(s)
+            attn[i, width - len(s) :] = 1
     return ids, attn
 
 
@@ -91,8 +91,14 @@ def final_hidden(model, ids, attention_mask, position_ids, cache=None, **model_i
     from its decoder alone: no logits, and no per-layer states kept (`output_hidden_states` would keep
     all of them, 30 × (batch, length, H) for SmolLM2)."""
     decoder = getattr(model, model.base_model_prefix)
-    out = decoder(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
-                  use_cache=cache is not None, **model_inputs)
+    out = decoder(
+        input_ids=ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        cache=cache,
+        use_cache=cache is not None,
+        **model_inputs,
+    )
     return out.last_hidden_state
 
 
@@ -110,9 +116,10 @@ def pip_hidden(model, ids, attn, block_ids, *, pattern: str, cache=None, start=N
     model_inputs go to the model (a vision-language model's pixel_values, image_grid_thw…); its
     3D M-RoPE position ids are computed here (`rope_positions`), while the mask builder keeps the
     plain 2D positions."""
-    pos = positions(attn[:, -ids.shape[1]:], start)
-    mask = build_attention_mask(model, pattern, attn, query_length=ids.shape[1], block_ids=block_ids,
-                                cache=cache, position_ids=pos)
+    pos = positions(attn[:, -ids.shape[1] :], start)
+    mask = build_attention_mask(
+        model, pattern, attn, query_length=ids.shape[1], block_ids=block_ids, cache=cache, position_ids=pos
+    )
     rope = rope_positions(model, ids, attn, model_inputs) if cache is None else pos
     c = causal_rows(model, pattern, attn, block_ids, cache)
     if c:  # the prefix rows on the causal kernel (pipkie.model.attention.pip_sdpa_attention)
@@ -120,8 +127,9 @@ def pip_hidden(model, ids, attn, block_ids, *, pattern: str, cache=None, start=N
     return final_hidden(model, ids, mask, rope, cache, **model_inputs)
 
 
-def pip_forward(model, ids, attn, block_ids, keep, *, pattern: str, cache=None, start=None, hidden: bool = False,
-                **model_inputs):
+def pip_forward(
+    model, ids, attn, block_ids, keep, *, pattern: str, cache=None, start=None, hidden: bool = False, **model_inputs
+):
     """`pip_hidden` + the LM head at the `keep` positions → logits (number kept, vocab), and with
     `hidden` the final hidden states (batch, length, H) too."""
     h = pip_hidden(model, ids, attn, block_ids, pattern=pattern, cache=cache, start=start, **model_inputs)
@@ -129,9 +137,18 @@ def pip_forward(model, ids, attn, block_ids, keep, *, pattern: str, cache=None, 
     return (logits, h) if hidden else logits
 
 
-def predict_slots(model, builder: TemplateBuilder, encs: list[Encoded], hidden: torch.Tensor, slot_hidden,
-                  offsets: list[int], images=None, *, lazy: bool = True,
-                  trace: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def predict_slots(
+    model,
+    builder: TemplateBuilder,
+    encs: list[Encoded],
+    hidden: torch.Tensor,
+    slot_hidden,
+    offsets: list[int],
+    images=None,
+    *,
+    lazy: bool = True,
+    trace: list | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(confidence, token) of every slot, (number of slots,) each, in the order of `slot_hidden`
     (number of slots, H). hidden: (batch, width, H); offsets[r]: where row r's input_ids[0] sits in
     that width. Without a copy head: the LM head's argmax. With one: the argmax of the copy head's
@@ -161,8 +178,14 @@ def predict_slots(model, builder: TemplateBuilder, encs: list[Encoded], hidden: 
         if trace is not None:
             trace.append({})
         for f in e.fields:
-            span = FieldSpan(row=r, slots=torch.arange(f.start, f.start + f.length) + offsets[r],
-                             stream=stream + offsets[r], stream_ids=stream_ids, end_id=builder.end_id, keys=keys)
+            span = FieldSpan(
+                row=r,
+                slots=torch.arange(f.start, f.start + f.length) + offsets[r],
+                stream=stream + offsets[r],
+                stream_ids=stream_ids,
+                end_id=builder.end_id,
+                keys=keys,
+            )
             p_start, gate, past = start_gate_past(head, hidden, span)
             if trace is not None:
                 trace[-1][f.key] = CopyTrace(f.key, stream.tolist(), p_start.tolist(), gate.tolist(), past.tolist())
@@ -176,9 +199,9 @@ def predict_slots(model, builder: TemplateBuilder, encs: list[Encoded], hidden: 
     toks = torch.full((total,), builder.end_id, dtype=torch.long, device=logits.device)
     j = 0
     for i, n, span, p_start, gate, past in fields:
-        conf[i: i + len(past)] = past  # skipped slots: <|pip_end|> with p >= past
-        c, t = mixture(logits[j: j + n], p_start, gate, past, span).max(-1)
-        conf[i: i + n], toks[i: i + n] = c, t
+        conf[i : i + len(past)] = past  # skipped slots: <|pip_end|> with p >= past
+        c, t = mixture(logits[j : j + n], p_start, gate, past, span).max(-1)
+        conf[i : i + n], toks[i : i + n] = c, t
         j += n
     return conf, toks
 
@@ -209,8 +232,9 @@ class OnePass:
             ids = ids.clone()
             ids[self.keep] = slot_inputs
         hidden, slots = self._hidden(ids)
-        return predict_slots(self.model, self.builder, self.encs, hidden, slots, self.offsets, self.images, lazy=lazy,
-                             trace=trace)
+        return predict_slots(
+            self.model, self.builder, self.encs, hidden, slots, self.offsets, self.images, lazy=lazy, trace=trace
+        )
 
 
 class SplitPass(OnePass):
@@ -230,7 +254,7 @@ class SplitPass(OnePass):
         self.P = P = ids1.shape[1]
         self.cache = DynamicCache(config=model.config)
         self.h1 = final_hidden(model, ids1, attn1, positions(attn1), self.cache)
-        tails = [e.input_ids[e.prefix_len:] for e in encs]
+        tails = [e.input_ids[e.prefix_len :] for e in encs]
         T = max(len(t) for t in tails)
         self.ids = torch.full((len(encs), T), builder.pad_id, dtype=torch.long)
         attn2 = torch.zeros((len(encs), T), dtype=torch.long)
@@ -238,16 +262,23 @@ class SplitPass(OnePass):
         self.keep = torch.zeros((len(encs), T), dtype=torch.bool)
         for i, (e, t) in enumerate(zip(encs, tails)):
             self.ids[i, : len(t)], attn2[i, : len(t)] = torch.tensor(t), 1
-            self.block[i, P: P + len(e.blocks)] = torch.tensor(e.blocks)
+            self.block[i, P : P + len(e.blocks)] = torch.tensor(e.blocks)
             for f in e.fields:
-                self.keep[i, f.start - e.prefix_len: f.start - e.prefix_len + f.length] = True
+                self.keep[i, f.start - e.prefix_len : f.start - e.prefix_len + f.length] = True
         self.attn = torch.cat([attn1, attn2], dim=1)
         self.pos = attn1.sum(-1, keepdim=True) + torch.arange(T)[None]  # continues each prefix's count
         self.offsets = [P - e.prefix_len for e in encs]
 
     def _hidden(self, ids):
-        mask = build_attention_mask(self.model, self.pattern, self.attn, query_length=ids.shape[1],
-                                    block_ids=self.block, cache=self.cache, position_ids=self.pos)
+        mask = build_attention_mask(
+            self.model,
+            self.pattern,
+            self.attn,
+            query_length=ids.shape[1],
+            block_ids=self.block,
+            cache=self.cache,
+            position_ids=self.pos,
+        )
         try:
             h2 = final_hidden(self.model, ids, mask, self.pos, self.cache)
         finally:
@@ -271,7 +302,7 @@ def _block_ids(encs: list[Encoded], width: int) -> torch.Tensor:
     """0 over padding and prefix, the template's block ids after it (right-aligned like the ids)."""
     block = torch.zeros((len(encs), width), dtype=torch.long)
     for i, e in enumerate(encs):
-        block[i, width - len(e.blocks):] = torch.tensor(e.blocks)
+        block[i, width - len(e.blocks) :] = torch.tensor(e.blocks)
     return block
 
 
@@ -280,15 +311,24 @@ def _slot_mask(encs: list[Encoded], width: int) -> torch.Tensor:
     for i, e in enumerate(encs):
         off = width - len(e.input_ids)
         for f in e.fields:
-            keep[i, off + f.start: off + f.start + f.length] = True
+            keep[i, off + f.start : off + f.start + f.length] = True
     return keep
 
 
 @torch.inference_mode()
-def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[KeySchema], *,
-               pattern: str = "prefix_causal", refine_steps: int = 0, images: list[list[int]] | None = None,
-               model_inputs: dict | None = None, split: bool | None = None,
-               trace: list | None = None) -> list[Prediction]:
+def pip_decode(
+    model,
+    builder: TemplateBuilder,
+    texts: list[str],
+    schemas: list[KeySchema],
+    *,
+    pattern: str = "prefix_causal",
+    refine_steps: int = 0,
+    images: list[list[int]] | None = None,
+    model_inputs: dict | None = None,
+    split: bool | None = None,
+    trace: list | None = None,
+) -> list[Prediction]:
     """Fill every mask slot of every document in one forward pass (+ `refine_steps` passes).
 
     `split` runs the same pass as prefix, then template (`SplitPass`), so that refinement passes
@@ -303,8 +343,9 @@ def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[
     encs = [builder.pip(t, s, image=(images[i] if images else None)) for i, (t, s) in enumerate(zip(texts, schemas))]
     if split is None:
         split = refine_steps > 0 and pattern == "prefix_causal" and not images and not model_inputs
-    run = (SplitPass if split else OnePass)(model, builder, encs, pattern=pattern, images=images,
-                                            model_inputs=model_inputs)
+    run = (SplitPass if split else OnePass)(
+        model, builder, encs, pattern=pattern, images=images, model_inputs=model_inputs
+    )
     conf, toks = run(lazy=refine_steps == 0, trace=trace)
     inputs = run.slot_inputs()
     rows = run.keep.nonzero()[:, 0]  # batch row of each slot, in the same order as the logits
@@ -326,7 +367,9 @@ def pip_decode(model, builder: TemplateBuilder, texts: list[str], schemas: list[
     return _collect(builder, encs, toks.tolist(), conf.tolist(), schemas)
 
 
-def _collect(builder, encs, toks: list[int], conf: list[float], schemas: list[KeySchema] | None = None) -> list[Prediction]:
+def _collect(
+    builder, encs, toks: list[int], conf: list[float], schemas: list[KeySchema] | None = None
+) -> list[Prediction]:
     """Slot tokens -> each document's results; a list's fields are gathered into its ItemsResult
     (an item whose first field's first slot says `<|pip_end|>` ends the list: `pipkie.model.groups`).
     `schemas` (one per document) is needed when they have lists."""
@@ -336,7 +379,7 @@ def _collect(builder, encs, toks: list[int], conf: list[float], schemas: list[Ke
         pred, lists = {}, {g.name: [] for g in groups}
         first = {g.name: g.fields[0].name for g in groups}
         for f in e.fields:
-            result = _field_result(builder, toks[i: i + f.length], conf[i: i + f.length])
+            result = _field_result(builder, toks[i : i + f.length], conf[i : i + f.length])
             if f.group is None:
                 pred[f.key] = result
             else:
@@ -376,8 +419,9 @@ def encode_document(model, builder: TemplateBuilder, text: str, reserve: int = 5
 
 
 @torch.inference_mode()
-def pip_decode_cached(model, builder: TemplateBuilder, doc: DocumentCache, schema: KeySchema, *,
-                      return_logits: bool = False):
+def pip_decode_cached(
+    model, builder: TemplateBuilder, doc: DocumentCache, schema: KeySchema, *, return_logits: bool = False
+):
     """PIP over a cached document: only the template block runs (prefix_causal attention). The cache
     is cropped back to the document afterwards, so it can serve the next key set."""
     if builder.template_length(schema) + doc.length > builder.max_length:
@@ -387,9 +431,11 @@ def pip_decode_cached(model, builder: TemplateBuilder, doc: DocumentCache, schem
     x = torch.tensor([ids])
     attn = torch.ones((1, doc.length + len(ids)), dtype=torch.long)
     block = _block_ids([enc], attn.shape[1])
-    keep = _slot_mask([enc], attn.shape[1])[:, doc.length:]
+    keep = _slot_mask([enc], attn.shape[1])[:, doc.length :]
     try:
-        h = pip_hidden(model, x, attn, block, pattern="prefix_causal", cache=doc.cache, start=torch.tensor([doc.length]))
+        h = pip_hidden(
+            model, x, attn, block, pattern="prefix_causal", cache=doc.cache, start=torch.tensor([doc.length])
+        )
     finally:
         doc.cache.crop(doc.length - doc.cache.get_seq_length())  # negative: drop the template block
     if return_logits:

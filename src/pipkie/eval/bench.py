@@ -35,14 +35,15 @@ from pipkie.data import read_dataset
 from pipkie.decoding import DECODERS, Decoder, get_decoder
 from pipkie.decoding.ar import ar_decode
 from pipkie.decoding.pip import pip_decode
-from pipkie.io.document import serialize
 from pipkie.eval.metrics import Scores
+from pipkie.io.document import serialize
 from pipkie.model.modeling import builder_for, load_model, model_for_decode
 from pipkie.schema import Key, KeySchema
 
 REFINE_STEPS = (1, 2)  # refinement variants timed for decoders that refine: "pip-refine1", "pip-refine2"
-METHODS = tuple(m for d in DECODERS.values()
-                for m in (d.name, *(f"{d.name}-refine{k}" for k in REFINE_STEPS if d.refines)))
+METHODS = tuple(
+    m for d in DECODERS.values() for m in (d.name, *(f"{d.name}-refine{k}" for k in REFINE_STEPS if d.refines))
+)
 
 
 def method_decoder(method: str) -> tuple[Decoder, int]:
@@ -176,11 +177,17 @@ def _summarize(raw: dict, docs, schema, model, *, scored: bool) -> dict:
         for d, p in zip(docs, raw["preds"]):
             scores.add_document(p, {k: d.fields.get(k) for k in schema.names}, schema.names)
         anls = scores.summary()["anls"]
-    return dict(median_s=statistics.median(per_doc), p90_s=_pct(per_doc, 0.9), total_s=total, tokens=raw["tokens"],
-                tokens_per_s=raw["tokens"] / total if total else 0.0, peak_rss_mb=round(raw["rss_mb"], 1),
-                footprint_mb=round(_weights_mb(model) + raw["rss_mb"], 1),
-                cuda_peak_mb=torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
-                anls=anls)
+    return dict(
+        median_s=statistics.median(per_doc),
+        p90_s=_pct(per_doc, 0.9),
+        total_s=total,
+        tokens=raw["tokens"],
+        tokens_per_s=raw["tokens"] / total if total else 0.0,
+        peak_rss_mb=round(raw["rss_mb"], 1),
+        footprint_mb=round(_weights_mb(model) + raw["rss_mb"], 1),
+        cuda_peak_mb=torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
+        anls=anls,
+    )
 
 
 def _time(fn, *a):
@@ -200,31 +207,59 @@ def load_pair(model_path: str, ar_model_path: str | None = None, *, need_ar: boo
         ar_model_path = ar_model_path or model_for_decode(model_path, "ar-forced", settings)
         ar_model, ar_tok, ar_settings = load_model(ar_model_path, pad_vocab=True)
         if ar_settings.objective != "ar":
-            raise ValueError(f"the AR baseline {ar_model_path} is not an AR model (objective {ar_settings.objective!r})")
+            raise ValueError(
+                f"the AR baseline {ar_model_path} is not an AR model (objective {ar_settings.objective!r})"
+            )
         ar_builder = builder_for(ar_tok, ar_settings)
     return model, builder, settings, ar_model, ar_builder, ar_model_path
 
 
-def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "sroie", data_dir: str, split: str = "test", batch_sizes=(1, 8),
-          limit: int = 32, threads: int = 1, repeats: int = 1, methods=METHODS, sweeps: bool = True, json_path: str | None = None,
-          plot_dir: str | None = None, log=print) -> dict:
+def bench(
+    *,
+    model_path: str,
+    ar_model_path: str | None = None,
+    dataset: str = "sroie",
+    data_dir: str,
+    split: str = "test",
+    batch_sizes=(1, 8),
+    limit: int = 32,
+    threads: int = 1,
+    repeats: int = 1,
+    methods=METHODS,
+    sweeps: bool = True,
+    json_path: str | None = None,
+    plot_dir: str | None = None,
+    log=print,
+) -> dict:
     if not methods or set(methods) - set(METHODS):
         raise ValueError(f"methods must be among {', '.join(METHODS)}, got {', '.join(methods) or 'none'}")
     torch.set_num_threads(threads)
     model, builder, settings, ar_model, ar_builder, ar_model_path = load_pair(
-        model_path, ar_model_path, need_ar=sweeps or any(method_decoder(m)[0].objective == "ar" for m in methods))
+        model_path, ar_model_path, need_ar=sweeps or any(method_decoder(m)[0].objective == "ar" for m in methods)
+    )
     pattern = settings.pattern
     docs = list(read_dataset(dataset, data_dir, split, limit=limit))
-    schema = KeySchema.resolve(default=lambda: settings.keys or sorted(
-        {k for d in docs for k in d.fields if not k.startswith("items.")}))  # the model's keys, else the gold's
+    schema = KeySchema.resolve(
+        default=lambda: settings.keys or sorted({k for d in docs for k in d.fields if not k.startswith("items.")})
+    )  # the model's keys, else the gold's
     # Batches group documents of similar length (sorted by token count), as an offline batch job
     # would, so left-padding costs every method little; at batch 1 the order changes nothing.
     ordered = sorted(((serialize(d), d) for d in docs), key=lambda td: len(builder.tok(td[0]).input_ids))
     texts, docs = [t for t, _ in ordered], [d for _, d in ordered]
-    env = dict(threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
-               cpu_count=os.cpu_count(), device="cpu", torch=torch.__version__, model=model_path,
-               ar_model=ar_model_path, attention=model.config._attn_implementation, repeats=repeats,
-               parameters=sum(p.numel() for p in model.parameters()), documents=len(docs), order="by token count")
+    env = dict(
+        threads=torch.get_num_threads(),
+        interop_threads=torch.get_num_interop_threads(),
+        cpu_count=os.cpu_count(),
+        device="cpu",
+        torch=torch.__version__,
+        model=model_path,
+        ar_model=ar_model_path,
+        attention=model.config._attn_implementation,
+        repeats=repeats,
+        parameters=sum(p.numel() for p in model.parameters()),
+        documents=len(docs),
+        order="by token count",
+    )
     log(f"bench: {env}")
     partial = Path(str(json_path) + ".partial") if json_path else None
     result = _resume(partial, env, log) or dict(env=env, batches={})
@@ -234,10 +269,14 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
             partial.write_text(json.dumps(result, indent=2) + "\n")
 
     names = ("floor",) + tuple(methods)
-    pick = {name: (ar_model, ar_builder) if name != "floor" and method_decoder(name)[0].objective == "ar"
-            else (model, builder) for name in names}
+    pick = {
+        name: (ar_model, ar_builder)
+        if name != "floor" and method_decoder(name)[0].objective == "ar"
+        else (model, builder)
+        for name in names
+    }
     for bs in batch_sizes:
-        chunks = [texts[i: i + bs] for i in range(0, len(texts), bs)]
+        chunks = [texts[i : i + bs] for i in range(0, len(texts), bs)]
         block = result["batches"].setdefault(str(bs), dict(methods={}, ratios={}, done=0, raw={}))
         raw = block["raw"]
         for name in names:
@@ -274,8 +313,10 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
         for name in names:
             rows[name] = _summarize(raw[name], docs, schema, pick[name][0], scored=name != "floor")
             r = rows[name]
-            log(f"  batch {bs} {name:<12} median {r['median_s']:.4f} s/doc  p90 {r['p90_s']:.4f}  tokens {r['tokens']}"
-                f"  rss +{r['peak_rss_mb']:.0f} MB" + (f"  ANLS {r['anls']:.3f}" if r["anls"] is not None else ""))
+            log(
+                f"  batch {bs} {name:<12} median {r['median_s']:.4f} s/doc  p90 {r['p90_s']:.4f}  tokens {r['tokens']}"
+                f"  rss +{r['peak_rss_mb']:.0f} MB" + (f"  ANLS {r['anls']:.3f}" if r["anls"] is not None else "")
+            )
         ratios = {}
         if "pip" in rows:
             for other in ("ar-free", "ar-forced"):
@@ -286,13 +327,19 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
                     # what serving the method alone needs (weights + its peak working memory), and the
                     # working memory alone (RSS above the idle process) - the first is the target
                     ratios[f"memory_vs_{other}"] = rows["pip"]["footprint_mb"] / rows[other]["footprint_mb"]
-                    ratios[f"working_memory_vs_{other}"] = (rows["pip"]["peak_rss_mb"] / rows[other]["peak_rss_mb"]
-                                                             if rows[other]["peak_rss_mb"] > 0 else None)
+                    ratios[f"working_memory_vs_{other}"] = (
+                        rows["pip"]["peak_rss_mb"] / rows[other]["peak_rss_mb"]
+                        if rows[other]["peak_rss_mb"] > 0
+                        else None
+                    )
             ratios["floor_ratio"] = rows["pip"]["median_s"] / rows["floor"]["median_s"]
             # paired: the median over batches of the two methods' times on that same batch (measured
             # back to back), robust to a background load that comes and goes
-            for other, key in (("floor", "floor_ratio_paired"), ("ar-free", "speedup_vs_ar-free_paired"),
-                               ("ar-forced", "speedup_vs_ar-forced_paired")):
+            for other, key in (
+                ("floor", "floor_ratio_paired"),
+                ("ar-free", "speedup_vs_ar-free_paired"),
+                ("ar-forced", "speedup_vs_ar-forced_paired"),
+            ):
                 if other in rows:
                     pairs = [(o, p) for o, p in zip(raw[other]["times"], raw["pip"]["times"]) if o > 0 and p > 0]
                     ratios[key] = statistics.median(p / o if other == "floor" else o / p for o, p in pairs)
@@ -301,8 +348,17 @@ def bench(*, model_path: str, ar_model_path: str | None = None, dataset: str = "
         log(f"  batch {bs} ratios: " + ", ".join(f"{k}={v:.2f}" for k, v in ratios.items() if v is not None))
     if sweeps:
         result.setdefault("sweeps", {"keys": {}, "value_length": {}})
-        run_sweeps(model, builder, pattern, batch_sizes, ar_model=ar_model, ar_builder=ar_builder, log=log,
-                   out=result["sweeps"], save=save)
+        run_sweeps(
+            model,
+            builder,
+            pattern,
+            batch_sizes,
+            ar_model=ar_model,
+            ar_builder=ar_builder,
+            log=log,
+            out=result["sweeps"],
+            save=save,
+        )
     if json_path:
         for block in result["batches"].values():  # per-document times stay; predictions were for resuming
             for r in block.get("raw", {}).values():
@@ -340,8 +396,21 @@ def _synthetic_text(rng: random.Random, n_lines: int = 30) -> str:
     return serialize(doc)
 
 
-def run_sweeps(model, builder, pattern, batch_sizes, *, ar_model=None, ar_builder=None, keys=(1, 2, 4, 8, 16, 32),
-               lengths=(4, 8, 16, 32, 64), repeats: int = 3, log=print, out: dict | None = None, save=None) -> dict:
+def run_sweeps(
+    model,
+    builder,
+    pattern,
+    batch_sizes,
+    *,
+    ar_model=None,
+    ar_builder=None,
+    keys=(1, 2, 4, 8, 16, 32),
+    lengths=(4, 8, 16, 32, 64),
+    repeats: int = 3,
+    log=print,
+    out: dict | None = None,
+    save=None,
+) -> dict:
     """Speed-up of PIP over AR-forced (both producing the same number of value tokens) as the number
     of keys and the value length grow. Points already in `out` (a resumed run) are kept; `save` is
     called after each new point."""
@@ -361,8 +430,13 @@ def run_sweeps(model, builder, pattern, batch_sizes, *, ar_model=None, ar_builde
                 t_pip, t_ar = [], []
                 for _ in range(repeats):
                     t_pip.append(_time(lambda: pip_decode(model, builder, batch, [schema] * bs, pattern=pattern))[0])
-                    t_ar.append(_time(lambda: ar_decode(ar_model, ar_builder, batch, [schema] * bs, mode="forced",
-                                                        fixed_length=True))[0])
+                    t_ar.append(
+                        _time(
+                            lambda: ar_decode(
+                                ar_model, ar_builder, batch, [schema] * bs, mode="forced", fixed_length=True
+                            )
+                        )[0]
+                    )
                 p, a = statistics.median(t_pip), statistics.median(t_ar)
                 pts.append(dict(x=x, pip_s=p / bs, ar_forced_s=a / bs, speedup=a / p))
                 log(f"  sweep batch {bs} {axis}={x}: PIP {p / bs:.3f} s/doc, AR {a / bs:.3f} s/doc, ×{a / p:.1f}")
@@ -403,15 +477,20 @@ def plot(result: dict, plot_dir: str) -> list[Path]:
 
 
 def markdown_table(result: dict) -> str:
-    lines = [f"threads: {result['env']['threads']}, documents: {result['env']['documents']}, "
-             f"model: {result['env']['parameters'] / 1e6:.0f}M parameters", "",
-             "| batch | method | median s/doc | p90 s/doc | value tokens/s | working MB | footprint MB | ANLS |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"threads: {result['env']['threads']}, documents: {result['env']['documents']}, "
+        f"model: {result['env']['parameters'] / 1e6:.0f}M parameters",
+        "",
+        "| batch | method | median s/doc | p90 s/doc | value tokens/s | working MB | footprint MB | ANLS |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for bs, b in result["batches"].items():
         for m, r in b["methods"].items():
             anls = f"{100 * r['anls']:.1f}" if r["anls"] is not None else "—"
-            lines.append(f"| {bs} | {m} | {r['median_s']:.4f} | {r['p90_s']:.4f} | {r['tokens_per_s']:.0f} | "
-                         f"{r['peak_rss_mb']:.0f} | {r.get('footprint_mb', 0):.0f} | {anls} |")
+            lines.append(
+                f"| {bs} | {m} | {r['median_s']:.4f} | {r['p90_s']:.4f} | {r['tokens_per_s']:.0f} | "
+                f"{r['peak_rss_mb']:.0f} | {r.get('footprint_mb', 0):.0f} | {anls} |"
+            )
     lines.append("")
     for bs, b in result["batches"].items():
         lines.append(f"batch {bs}: " + ", ".join(f"{k} = {v:.2f}" for k, v in b["ratios"].items() if v is not None))

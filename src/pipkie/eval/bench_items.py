@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from pipkie.decoding.ar import ARStats, ar_decode
 from pipkie.decoding import DECODERS, get_decoder
+from pipkie.decoding.ar import ARStats, ar_decode
 from pipkie.eval.metrics import ItemScores
 from pipkie.schema import Group, Key, KeySchema
 
@@ -42,8 +42,11 @@ def items_receipt(n: int, rng: random.Random) -> tuple[str, list[dict[str, str]]
 
     loc = L.LOCALES[rng.choice(sorted(L.LOCALES))]
     goods = rng.choice((FOODS, GOODS))
-    lines = [rng.choice(("CORNER MARKET", "BLUE CAFE", "CITY PHARMACY", "GREEN GROCER")), "12 MAIN STREET",
-             f"{rng.randint(1, 28):02d}/{rng.randint(1, 12):02d}/2023 {rng.randint(8, 21):02d}:{rng.randint(0, 59):02d}"]
+    lines = [
+        rng.choice(("CORNER MARKET", "BLUE CAFE", "CITY PHARMACY", "GREEN GROCER")),
+        "12 MAIN STREET",
+        f"{rng.randint(1, 28):02d}/{rng.randint(1, 12):02d}/2023 {rng.randint(8, 21):02d}:{rng.randint(0, 59):02d}",
+    ]
     items, total = [], 0.0
     for _ in range(n):
         qty, unit = rng.choice((1, 1, 2, 3)), round(rng.uniform(0.5, 40), 2)
@@ -66,11 +69,16 @@ def with_room(model, builder, texts: list[str], schema: KeySchema, ar: bool):
     need = max(len(builder.document_ids(t)) for t in texts) + reserved + len(builder.instruction_ids) + 1
     if need <= builder.max_length:
         return builder
-    limit = getattr(model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config,
-                    "max_position_embeddings", None)
+    limit = getattr(
+        model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config,
+        "max_position_embeddings",
+        None,
+    )
     if limit is not None and need > limit:
-        raise ValueError(f"{schema.groups[0].max_items} items need {need} tokens with the longest receipt; the model "
-                         f"has {limit} positions (give fewer lines or a smaller --lines-items)")
+        raise ValueError(
+            f"{schema.groups[0].max_items} items need {need} tokens with the longest receipt; the model "
+            f"has {limit} positions (give fewer lines or a smaller --lines-items)"
+        )
     wide = copy.copy(builder)
     wide.max_length = need
     return wide
@@ -84,9 +92,22 @@ def _decode(method: str, model, builder, texts, schema, pattern: str, stats: ARS
     return decoder(model, builder, texts, [schema] * len(texts), pattern=pattern)
 
 
-def lines_sweep(model, builder, pattern: str, *, ar_model, ar_builder, lines=LINES, batch_sizes=(1,),
-                items_budget: int | None = None, repeats: int = 1, seed: int = 0, log=print, out: dict | None = None,
-                save=None) -> dict:
+def lines_sweep(
+    model,
+    builder,
+    pattern: str,
+    *,
+    ar_model,
+    ar_builder,
+    lines=LINES,
+    batch_sizes=(1,),
+    items_budget: int | None = None,
+    repeats: int = 1,
+    seed: int = 0,
+    log=print,
+    out: dict | None = None,
+    save=None,
+) -> dict:
     """{batch size: [point per number of lines]} (see the module docstring). Points already in `out`
     (a resumed run) are kept; `save` is called after each new one."""
     k = items_budget or max(lines)
@@ -100,8 +121,10 @@ def lines_sweep(model, builder, pattern: str, *, ar_model, ar_builder, lines=LIN
             rng = random.Random(f"{seed}-{n}")
             docs = [items_receipt(n, rng) for _ in range(bs)]
             texts = [t for t, _ in docs]
-            pick = {"pip": (model, with_room(model, builder, texts, schema, ar=False)),
-                    "ar-forced": (ar_model, with_room(ar_model, ar_builder, texts, schema, ar=True))}
+            pick = {
+                "pip": (model, with_room(model, builder, texts, schema, ar=False)),
+                "ar-forced": (ar_model, with_room(ar_model, ar_builder, texts, schema, ar=True)),
+            }
             pick["ar-free"] = pick["ar-forced"]
             _decode("pip", *pick["pip"], texts, schema, pattern, ARStats())  # warm-up (kernels, allocator)
             times = {m: [] for m in METHODS}
@@ -125,24 +148,42 @@ def lines_sweep(model, builder, pattern: str, *, ar_model, ar_builder, lines=LIN
             for m in ("ar-forced", "ar-free"):
                 point[f"speedup_vs_{m}"] = point[f"{m}_s"] / point["pip_s"]
             pts.append(point)
-            log(f"  lines {n:>3} batch {bs}: PIP {point['pip_s']:.3f} s/doc, AR forced {point['ar-forced_s']:.3f} "
-                f"(×{point['speedup_vs_ar-forced']:.1f}), AR free {point['ar-free_s']:.3f} (×{point['speedup_vs_ar-free']:.1f})")
+            log(
+                f"  lines {n:>3} batch {bs}: PIP {point['pip_s']:.3f} s/doc, AR forced {point['ar-forced_s']:.3f} "
+                f"(×{point['speedup_vs_ar-forced']:.1f}), AR free {point['ar-free_s']:.3f} (×{point['speedup_vs_ar-free']:.1f})"  # noqa: E501
+            )
             if save:
                 save()
     return out
 
 
-def lines_bench(*, model_path: str, ar_model_path: str | None = None, lines=LINES, batch_sizes=(1,),
-                items_budget: int | None = None, threads: int = 1, repeats: int = 1, json_path: str | None = None,
-                plot_dir: str | None = None, log=print) -> dict:
+def lines_bench(
+    *,
+    model_path: str,
+    ar_model_path: str | None = None,
+    lines=LINES,
+    batch_sizes=(1,),
+    items_budget: int | None = None,
+    threads: int = 1,
+    repeats: int = 1,
+    json_path: str | None = None,
+    plot_dir: str | None = None,
+    log=print,
+) -> dict:
     """Load the PIP model and its AR baseline, run `lines_sweep`, write the JSON and the plot."""
     from pipkie.eval.bench import load_pair
 
     torch.set_num_threads(threads)
     model, builder, settings, ar_model, ar_builder, ar_path = load_pair(model_path, ar_model_path, need_ar=True)
     pattern = settings.pattern if settings.objective == "pip" else "prefix_causal"
-    env = dict(threads=torch.get_num_threads(), model=model_path, ar_model=ar_path, repeats=repeats,
-               items_budget=items_budget or max(lines), parameters=sum(p.numel() for p in model.parameters()))
+    env = dict(
+        threads=torch.get_num_threads(),
+        model=model_path,
+        ar_model=ar_path,
+        repeats=repeats,
+        items_budget=items_budget or max(lines),
+        parameters=sum(p.numel() for p in model.parameters()),
+    )
     log(f"bench lines: {env}")
     result = dict(env=env, lines={})
 
@@ -150,9 +191,20 @@ def lines_bench(*, model_path: str, ar_model_path: str | None = None, lines=LINE
         if json_path:
             Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
 
-    lines_sweep(model, builder, pattern, ar_model=ar_model, ar_builder=ar_builder, lines=lines,
-                batch_sizes=batch_sizes, items_budget=items_budget, repeats=repeats, log=log, out=result["lines"],
-                save=save)
+    lines_sweep(
+        model,
+        builder,
+        pattern,
+        ar_model=ar_model,
+        ar_builder=ar_builder,
+        lines=lines,
+        batch_sizes=batch_sizes,
+        items_budget=items_budget,
+        repeats=repeats,
+        log=log,
+        out=result["lines"],
+        save=save,
+    )
     save()
     if plot_dir:
         plot_lines(result, plot_dir)
@@ -182,8 +234,10 @@ def plot_lines(result: dict, plot_dir: str) -> Path:
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
     env = result["env"]
-    fig.suptitle(f"{env['threads']} thread(s), {env['parameters'] / 1e6:.0f}M params, K = {env['items_budget']} items",
-                 fontsize=9)
+    fig.suptitle(
+        f"{env['threads']} thread(s), {env['parameters'] / 1e6:.0f}M params, K = {env['items_budget']} items",
+        fontsize=9,
+    )
     fig.tight_layout()
     path = out / "speedup_lines.png"
     fig.savefig(path, dpi=120)
@@ -193,11 +247,15 @@ def plot_lines(result: dict, plot_dir: str) -> Path:
 
 
 def lines_table(result: dict) -> str:
-    rows = ["| batch | lines | PIP s/doc | AR forced s/doc | AR free s/doc | × vs forced | × vs free | item F1 PIP / forced / free |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| batch | lines | PIP s/doc | AR forced s/doc | AR free s/doc | × vs forced | × vs free | item F1 PIP / forced / free |",  # noqa: E501
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for bs, pts in result["lines"].items():
         for p in pts:
-            rows.append(f"| {bs} | {p['lines']} | {p['pip_s']:.3f} | {p['ar-forced_s']:.3f} | {p['ar-free_s']:.3f} | "
-                        f"{p['speedup_vs_ar-forced']:.1f} | {p['speedup_vs_ar-free']:.1f} | "
-                        f"{100 * p['pip_item_f1']:.0f} / {100 * p['ar-forced_item_f1']:.0f} / {100 * p['ar-free_item_f1']:.0f} |")
+            rows.append(
+                f"| {bs} | {p['lines']} | {p['pip_s']:.3f} | {p['ar-forced_s']:.3f} | {p['ar-free_s']:.3f} | "
+                f"{p['speedup_vs_ar-forced']:.1f} | {p['speedup_vs_ar-free']:.1f} | "
+                f"{100 * p['pip_item_f1']:.0f} / {100 * p['ar-forced_item_f1']:.0f} / {100 * p['ar-free_item_f1']:.0f} |"  # noqa: E501
+            )
     return "\n".join(rows) + "\n"

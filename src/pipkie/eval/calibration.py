@@ -12,8 +12,8 @@ A field answered `unknown` has no value to trust, so it is left out (its miss sh
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from pipkie.eval.metrics import loose_exact, values
 
@@ -45,9 +45,15 @@ def calibration(pairs: list[tuple[float, bool]], bins: int = 10, high: float = 0
             conf = acc = None
         table.append(dict(lo=lo, hi=hi, n=len(inside), confidence=conf, accuracy=acc))
     top = [ok for c, ok in pairs if c >= high]
-    return dict(n_values=n, ece=ece if n else None, accuracy=sum(ok for _, ok in pairs) / n if n else None,
-                high=high, high_share=len(top) / n if n else None, high_exact=sum(top) / len(top) if top else None,
-                bins=table)
+    return dict(
+        n_values=n,
+        ece=ece if n else None,
+        accuracy=sum(ok for _, ok in pairs) / n if n else None,
+        high=high,
+        high_share=len(top) / n if n else None,
+        high_exact=sum(top) / len(top) if top else None,
+        bins=table,
+    )
 
 
 def reliability_diagram(cal: dict, out: str | Path, title: str = "") -> Path:
@@ -62,14 +68,26 @@ def reliability_diagram(cal: dict, out: str | Path, title: str = "") -> Path:
     fig, ax = plt.subplots(figsize=(5, 5))
     width = cal["bins"][0]["hi"] - cal["bins"][0]["lo"]
     filled = [b for b in cal["bins"] if b["n"]]
-    ax.bar([b["lo"] for b in filled], [b["accuracy"] for b in filled], width=width, align="edge",
-           edgecolor="black", color="#4c72b0", label="exact (space/case-insensitive)")
+    ax.bar(
+        [b["lo"] for b in filled],
+        [b["accuracy"] for b in filled],
+        width=width,
+        align="edge",
+        edgecolor="black",
+        color="#4c72b0",
+        label="exact (space/case-insensitive)",
+    )
     ax.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
     for b in filled:
         ax.text(b["lo"] + width / 2, min(b["accuracy"], 0.93) + 0.02, str(b["n"]), ha="center", fontsize=7)
     ece = f"ECE {cal['ece']:.3f}" if cal["ece"] is not None else "no values"
-    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="share of values right",
-           title=f"{title}\n{ece}, {cal['n_values']} values".strip())
+    ax.set(
+        xlim=(0, 1),
+        ylim=(0, 1),
+        xlabel="confidence",
+        ylabel="share of values right",
+        title=f"{title}\n{ece}, {cal['n_values']} values".strip(),
+    )
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=120)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipkie.eval.store import read_predictions
 from pipkie.eval.metrics import score_field
+from pipkie.eval.store import read_predictions
 
 METRICS = ("anls", "exact")
 
@@ -44,8 +44,16 @@ def _statistic(sums: np.ndarray, metric: str) -> np.ndarray:
     return np.where(denominator > 0, 2 * sums[..., 0] / np.maximum(denominator, 1e-12), 0.0)
 
 
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, metric: str = "anls", *, samples: int = 10000, seed: int = 0,
-                     level: float = 0.95, block: int = 500) -> list[dict]:
+def paired_bootstrap(
+    a: np.ndarray,
+    b: np.ndarray,
+    metric: str = "anls",
+    *,
+    samples: int = 10000,
+    seed: int = 0,
+    level: float = 0.95,
+    block: int = 500,
+) -> list[dict]:
     """Bootstrap of A − B from per-document parts `a`, `b` of shape (documents, groups, parts);
     one result per group (all resamples shared by every group)."""
     if metric not in METRICS:
@@ -64,12 +72,29 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, metric: str = "anls", *, samp
     sa, sb = _statistic(a.sum(0), metric), _statistic(b.sum(0), metric)
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(d, [tail, 100 - tail], axis=0)
-    return [dict(a=float(sa[g]), b=float(sb[g]), diff=float(sa[g] - sb[g]), lo=float(lo[g]), hi=float(hi[g]),
-                 p_le_0=float((d[:, g] <= 0).mean())) for g in range(a.shape[1])]
+    return [
+        dict(
+            a=float(sa[g]),
+            b=float(sb[g]),
+            diff=float(sa[g] - sb[g]),
+            lo=float(lo[g]),
+            hi=float(hi[g]),
+            p_le_0=float((d[:, g] <= 0).mean()),
+        )
+        for g in range(a.shape[1])
+    ]
 
 
-def compare_rows(rows_a: list[dict], rows_b: list[dict], *, metric: str = "anls", samples: int = 10000,
-                 seed: int = 0, level: float = 0.95, keys: list[str] | None = None) -> dict:
+def compare_rows(
+    rows_a: list[dict],
+    rows_b: list[dict],
+    *,
+    metric: str = "anls",
+    samples: int = 10000,
+    seed: int = 0,
+    level: float = 0.95,
+    keys: list[str] | None = None,
+) -> dict:
     """Paired bootstrap of two sets of predictions rows over the documents both scored."""
     by_b = {r["id"]: r for r in rows_b}
     common = [r for r in rows_a if r["id"] in by_b]
@@ -82,15 +107,29 @@ def compare_rows(rows_a: list[dict], rows_b: list[dict], *, metric: str = "anls"
         other = by_b[r["id"]]
         bad = [k for k in keys if r["gold"].get(k) != other["gold"].get(k)]
         if bad:
-            raise ValueError(f"document {r['id']}: the files score {bad[0]!r} against different gold values "
-                             "(different data or key maps): they cannot be compared")
+            raise ValueError(
+                f"document {r['id']}: the files score {bad[0]!r} against different gold values "
+                "(different data or key maps): they cannot be compared"
+            )
     pa = _parts(common, keys, metric)
     pb = _parts([by_b[r["id"]] for r in common], keys, metric)
-    groups = np.concatenate([pa.sum(1, keepdims=True), pa], axis=1), np.concatenate([pb.sum(1, keepdims=True), pb], axis=1)
+    groups = (
+        np.concatenate([pa.sum(1, keepdims=True), pa], axis=1),
+        np.concatenate([pb.sum(1, keepdims=True), pb], axis=1),
+    )
     res = paired_bootstrap(*groups, metric, samples=samples, seed=seed, level=level)
-    return dict(metric=metric, n_docs=len(common), only_a=len(rows_a) - len(common),
-                only_b=len(by_b) - len(common), samples=samples, seed=seed, level=level, keys=keys,
-                overall=res[0], per_key=dict(zip(keys, res[1:])))
+    return dict(
+        metric=metric,
+        n_docs=len(common),
+        only_a=len(rows_a) - len(common),
+        only_b=len(by_b) - len(common),
+        samples=samples,
+        seed=seed,
+        level=level,
+        keys=keys,
+        overall=res[0],
+        per_key=dict(zip(keys, res[1:])),
+    )
 
 
 def compare_files(a: str | Path, b: str | Path, **kw) -> dict:
@@ -100,12 +139,16 @@ def compare_files(a: str | Path, b: str | Path, **kw) -> dict:
 
 def format_comparison(r: dict) -> str:
     pct = lambda x: f"{100 * x:+.2f}"  # noqa: E731
-    head = (f"paired bootstrap over {r['n_docs']} documents ({r['samples']} resamples, seed {r['seed']}), "
-            f"metric {r['metric']}: A − B with its {100 * r['level']:.0f}% interval")
+    head = (
+        f"paired bootstrap over {r['n_docs']} documents ({r['samples']} resamples, seed {r['seed']}), "
+        f"metric {r['metric']}: A − B with its {100 * r['level']:.0f}% interval"
+    )
     lines = [head, f"{'':<12}{'A':>8}{'B':>8}{'A − B':>9}  interval          P(A−B≤0)", "-" * 64]
     for name, x in [("all", r["overall"]), *r["per_key"].items()]:
-        lines.append(f"{name:<12}{100 * x['a']:>8.2f}{100 * x['b']:>8.2f}{pct(x['diff']):>9}  "
-                     f"[{pct(x['lo'])}, {pct(x['hi'])}]{x['p_le_0']:>12.3f}")
+        lines.append(
+            f"{name:<12}{100 * x['a']:>8.2f}{100 * x['b']:>8.2f}{pct(x['diff']):>9}  "
+            f"[{pct(x['lo'])}, {pct(x['hi'])}]{x['p_le_0']:>12.3f}"
+        )
     if r["only_a"] or r["only_b"]:
         lines.append(f"note: {r['only_a']} document(s) only in A and {r['only_b']} only in B were left out")
     return "\n".join(lines)

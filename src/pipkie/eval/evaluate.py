@@ -25,27 +25,30 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 import torch
 from tqdm.auto import tqdm
 
-from pipkie.eval.calibration import calibration, calibration_pairs, reliability_diagram
 from pipkie.decoding import get_decoder
-from pipkie.io.document import serialize
+from pipkie.eval.calibration import calibration, calibration_pairs, reliability_diagram
 from pipkie.eval.gold import gold_fields, gold_items, gold_warnings, load_documents, parse_key_map
-from pipkie.eval.store import model_fingerprint, read_predictions, resume, run_fingerprint
-from pipkie.model.groups import field_budget as item_budget, items_budgets
 from pipkie.eval.metrics import ItemScores, Scores
+from pipkie.eval.store import model_fingerprint, read_predictions, resume, run_fingerprint
+from pipkie.io.document import serialize
+from pipkie.model.groups import field_budget as item_budget
+from pipkie.model.groups import items_budgets
 from pipkie.model.modeling import builder_for, load_model, model_for_decode
 from pipkie.schema import KeySchema
+
 
 def decode_batch(model, builder, texts, schema: KeySchema, decode: str, *, pattern: str, refine_steps: int = 0):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # truncation: counted per document (truncated_tokens)
-        return get_decoder(decode)(model, builder, texts, [schema] * len(texts), pattern=pattern,
-                                   refine_steps=refine_steps)
+        return get_decoder(decode)(
+            model, builder, texts, [schema] * len(texts), pattern=pattern, refine_steps=refine_steps
+        )
 
 
 def truncated_tokens(builder, text: str, schema: KeySchema, decode: str) -> int:
@@ -61,8 +64,12 @@ def summarize(rows: list[dict], keys: list[str], groups: dict[str, list[str]] | 
     scores = Scores()
     for r in rows:
         scores.add_document(r["pred"], r["gold"], keys)
-    out = dict(scores.summary(), n_docs=len(rows), truncated_docs=sum(bool(r.get("truncated")) for r in rows),
-               calibration=calibration(calibration_pairs(rows, keys)))
+    out = dict(
+        scores.summary(),
+        n_docs=len(rows),
+        truncated_docs=sum(bool(r.get("truncated")) for r in rows),
+        calibration=calibration(calibration_pairs(rows, keys)),
+    )
     if groups:
         out["items"] = {}
         for name, fields in groups.items():
@@ -95,11 +102,26 @@ def rescore(pred_path: str | Path, keys: list[str] | None = None) -> dict:
     return summarize(rows, [k for k in keys or list(rows[0]["gold"]) if k not in groups], groups)
 
 
-def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = "pip", model_path: str,
-             keys: Iterable | str | None = None, key_map: str | dict | None = None, limit: int | None = None,
-             batch_size: int = 4, threads: int = 1, refine_steps: int = 0, ocr: str | None = None,
-             ocr_cache: str | None = None, json_path: str | None = None, fresh: bool = False,
-             reliability: str | None = None, log: Callable[[str], None] = print) -> dict:
+def evaluate(
+    *,
+    dataset: str,
+    data_dir: str,
+    split: str = "test",
+    decode: str = "pip",
+    model_path: str,
+    keys: Iterable | str | None = None,
+    key_map: str | dict | None = None,
+    limit: int | None = None,
+    batch_size: int = 4,
+    threads: int = 1,
+    refine_steps: int = 0,
+    ocr: str | None = None,
+    ocr_cache: str | None = None,
+    json_path: str | None = None,
+    fresh: bool = False,
+    reliability: str | None = None,
+    log: Callable[[str], None] = print,
+) -> dict:
     """Decode `split` of `dataset` with the model and score it; the summary described above.
 
     keys: names, "a,b", a KeySchema or a schema file (default: the model's keys, else the gold
@@ -113,24 +135,47 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
     model_path = model_for_decode(model_path, decode)  # AR decodes run the AR baseline, never PIP weights
     model_id = model_fingerprint(model_path)
     if ocr and not ocr_cache:
-        ocr_cache = str((Path(json_path).parent if json_path else Path(".")) / "ocr-cache" / f"{ocr}-{Path(data_dir).resolve().name}")
-    docs, warns = load_documents(dataset, data_dir, split, limit=limit, ocr=ocr, ocr_cache=ocr_cache,
-                                 threads=threads, log=log)
+        ocr_cache = str(
+            (Path(json_path).parent if json_path else Path("."))
+            / "ocr-cache"
+            / f"{ocr}-{Path(data_dir).resolve().name}"
+        )
+    docs, warns = load_documents(
+        dataset, data_dir, split, limit=limit, ocr=ocr, ocr_cache=ocr_cache, threads=threads, log=log
+    )
     torch.set_num_threads(threads)
     model, tokenizer, settings = load_model(model_path, pad_vocab=True)
     builder = builder_for(tokenizer, settings)
-    schema = KeySchema.resolve(keys or None, default=lambda: settings.keys or sorted(
-        {k for d in docs for k in d.fields if not k.startswith("items.")}))  # the model's keys, else the gold's
+    schema = KeySchema.resolve(
+        keys or None,
+        default=lambda: settings.keys or sorted({k for d in docs for k in d.fields if not k.startswith("items.")}),
+    )  # the model's keys, else the gold's
     groups = {g.name: g for g in schema.groups}
     warns += gold_warnings(docs, schema.names, key_map, groups)
     for w in warns:
         log(f"warning: {w}")
     fingerprint = run_fingerprint(
-        model=model_id, keys=[[k.name, k.description, builder.budget(k)] for k in schema], decode=decode,
-        refine_steps=refine_steps, ocr=ocr, dataset=dataset, split=split, data_dir=str(Path(data_dir).resolve()),
-        limit=limit, key_map=key_map,
-        **({"lists": [[g.name, n, [[k.name, k.description, item_budget(builder, g, k)] for k in g.fields]]
-                      for g, n in zip(schema.groups, items_budgets(builder, schema))]} if schema.groups else {}))
+        model=model_id,
+        keys=[[k.name, k.description, builder.budget(k)] for k in schema],
+        decode=decode,
+        refine_steps=refine_steps,
+        ocr=ocr,
+        dataset=dataset,
+        split=split,
+        data_dir=str(Path(data_dir).resolve()),
+        limit=limit,
+        key_map=key_map,
+        **(
+            {
+                "lists": [
+                    [g.name, n, [[k.name, k.description, item_budget(builder, g, k)] for k in g.fields]]
+                    for g, n in zip(schema.groups, items_budgets(builder, schema))
+                ]
+            }
+            if schema.groups
+            else {}
+        ),
+    )
     pred_path = Path(json_path).with_suffix(".predictions.jsonl") if json_path else None
     done = resume(pred_path, fingerprint, fresh=fresh, summary=Path(json_path), log=log) if pred_path else {}
     todo = [d for d in docs if d.id not in done]
@@ -143,7 +188,7 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
     bar = tqdm(total=len(docs), initial=len(docs) - len(todo), desc=f"evaluate {decode}")
     try:
         for i in range(0, len(todo), batch_size):
-            chunk = todo[i: i + batch_size]
+            chunk = todo[i : i + batch_size]
             texts = [serialize(d) for d in chunk]
             t0 = time.perf_counter()
             preds = decode_batch(model, builder, texts, schema, decode, pattern=pattern, refine_steps=refine_steps)
@@ -151,9 +196,16 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
             for d, t, p in zip(chunk, texts, preds):
                 gold = gold_fields(d, schema.names, key_map)
                 gold.update({g.name: gold_items(d, g, key_map) for g in schema.groups})
-                r = dict(id=d.id, decode=decode, seconds=dt, pred={k: f.value for k, f in p.items()},
-                         confidence={k: round(f.confidence, 4) for k, f in p.items()}, gold=gold,
-                         truncated=truncated_tokens(builder, t, schema, decode), run=fingerprint["hash"])
+                r = dict(
+                    id=d.id,
+                    decode=decode,
+                    seconds=dt,
+                    pred={k: f.value for k, f in p.items()},
+                    confidence={k: round(f.confidence, 4) for k, f in p.items()},
+                    gold=gold,
+                    truncated=truncated_tokens(builder, t, schema, decode),
+                    run=fingerprint["hash"],
+                )
                 done[d.id] = r
                 if out:
                     out.write(json.dumps(r, ensure_ascii=False) + "\n")
@@ -164,15 +216,29 @@ def evaluate(*, dataset: str, data_dir: str, split: str = "test", decode: str = 
         if out:
             out.close()
     rows = [done[d.id] for d in docs]
-    result = dict(summarize(rows, schema.names, {g.name: g.names for g in schema.groups}), sec_per_doc=sum(r["seconds"] for r in rows) / len(rows),
-                  decode=decode, model=str(model_path), dataset=dataset, split=split,
-                  keys=schema.names + [f"{g.name}[{','.join(g.names)}]" for g in schema.groups],
-                  key_map=key_map, ocr=ocr or "dataset", batch_size=batch_size, threads=threads,
-                  refine_steps=refine_steps, truncated_ids=[r["id"] for r in rows if r["truncated"]],
-                  warnings=warns, fingerprint=fingerprint)
+    result = dict(
+        summarize(rows, schema.names, {g.name: g.names for g in schema.groups}),
+        sec_per_doc=sum(r["seconds"] for r in rows) / len(rows),
+        decode=decode,
+        model=str(model_path),
+        dataset=dataset,
+        split=split,
+        keys=schema.names + [f"{g.name}[{','.join(g.names)}]" for g in schema.groups],
+        key_map=key_map,
+        ocr=ocr or "dataset",
+        batch_size=batch_size,
+        threads=threads,
+        refine_steps=refine_steps,
+        truncated_ids=[r["id"] for r in rows if r["truncated"]],
+        warnings=warns,
+        fingerprint=fingerprint,
+    )
     if reliability:
-        result["reliability"] = str(reliability_diagram(result["calibration"], reliability,
-                                                        title=f"{dataset} {split} · {decode} · {Path(model_path).name}"))
+        result["reliability"] = str(
+            reliability_diagram(
+                result["calibration"], reliability, title=f"{dataset} {split} · {decode} · {Path(model_path).name}"
+            )
+        )
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     return result
@@ -183,23 +249,29 @@ def _pct(x) -> str:
 
 
 def format_table(result: dict) -> str:
-    lines = [f"{result['dataset']} {result['split']} · decode={result['decode']} · {result['n_docs']} docs · "
-             f"{result['sec_per_doc']:.3f} s/doc",
-             f"{'key':<12}{'ANLS':>8}{'exact':>8}{'F1':>8}",
-             "-" * 36]
+    lines = [
+        f"{result['dataset']} {result['split']} · decode={result['decode']} · {result['n_docs']} docs · "
+        f"{result['sec_per_doc']:.3f} s/doc",
+        f"{'key':<12}{'ANLS':>8}{'exact':>8}{'F1':>8}",
+        "-" * 36,
+    ]
     for k, v in result["per_key"].items():
         lines.append(f"{k:<12}{100 * v['anls']:>8.1f}{100 * v['exact']:>8.1f}{100 * v['f1']:>8.1f}")
     lines.append("-" * 36)
     if result["per_key"]:
         lines.append(f"{'all':<12}{100 * result['anls']:>8.1f}{'':>8}{100 * result['f1']:>8.1f}")
     for name, s in result.get("items", {}).items():
-        lines.append(f"{name}: item P {100 * s['precision']:.1f} R {100 * s['recall']:.1f} F1 {100 * s['f1']:.1f} "
-                     f"({s['tp']} right of {s['n_pred']} predicted, {s['n_gold']} gold); ANLS of matched items: "
-                     + ", ".join(f"{f} {100 * a:.1f}" for f, a in s["per_field"].items()))
+        lines.append(
+            f"{name}: item P {100 * s['precision']:.1f} R {100 * s['recall']:.1f} F1 {100 * s['f1']:.1f} "
+            f"({s['tp']} right of {s['n_pred']} predicted, {s['n_gold']} gold); ANLS of matched items: "
+            + ", ".join(f"{f} {100 * a:.1f}" for f, a in s["per_field"].items())
+        )
     cal = result.get("calibration")
     if cal and cal["n_values"]:
-        lines.append(f"calibration: ECE {cal['ece']:.3f} over {cal['n_values']} values; "
-                     f"{_pct(cal['high_share'])}% have confidence ≥ {cal['high']}, {_pct(cal['high_exact'])}% of those exact")
+        lines.append(
+            f"calibration: ECE {cal['ece']:.3f} over {cal['n_values']} values; "
+            f"{_pct(cal['high_share'])}% have confidence ≥ {cal['high']}, {_pct(cal['high_exact'])}% of those exact"
+        )
     if "truncated_docs" in result:
         lines.append(f"truncated to fit the context: {result['truncated_docs']} of {result['n_docs']} documents")
     lines += [f"warning: {w}" for w in result.get("warnings", [])]

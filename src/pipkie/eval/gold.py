@@ -57,7 +57,9 @@ def gold_items(doc: Document, group, key_map: dict[str, str]) -> list[dict[str, 
     return doc.items({f: gold_column(group.name, f, key_map) for f in group.names})
 
 
-def gold_warnings(docs: list[Document], keys: list[str], key_map: dict[str, str], groups: dict | None = None) -> list[str]:
+def gold_warnings(
+    docs: list[Document], keys: list[str], key_map: dict[str, str], groups: dict | None = None
+) -> list[str]:
     """One message per requested key (or list: `groups`, name -> Group) that no document has a gold
     value for, and per map entry naming a key that was not requested."""
     groups = groups or {}
@@ -67,16 +69,23 @@ def gold_warnings(docs: list[Document], keys: list[str], key_map: dict[str, str]
         src = key_map.get(k, k)
         if src not in present:
             named = f"{k!r} (read from {src!r})" if src != k else repr(k)
-            out.append(f"no document has a gold value for {named}: it scores 0 wherever the model answers it; "
-                       f"gold keys in this split: {', '.join(sorted(present)) or 'none'}"
-                       + ("" if src != k else f" (map one with --key-map {k}=GOLD_KEY)"))
-    out += [f"--key-map names {k!r}, which is not among the keys evaluated" for k in key_map
-            if k not in keys and k not in groups and k.split(".")[0] not in groups]
+            out.append(
+                f"no document has a gold value for {named}: it scores 0 wherever the model answers it; "
+                f"gold keys in this split: {', '.join(sorted(present)) or 'none'}"
+                + ("" if src != k else f" (map one with --key-map {k}=GOLD_KEY)")
+            )
+    out += [
+        f"--key-map names {k!r}, which is not among the keys evaluated"
+        for k in key_map
+        if k not in keys and k not in groups and k.split(".")[0] not in groups
+    ]
     for g in (groups or {}).values():
         cols = [gold_column(g.name, f, key_map) for f in g.names]
         if not any(c in present for c in cols):
-            out.append(f"no document has gold items for the list {g.name!r} (looked for {', '.join(cols)}): every "
-                       f"item it predicts counts as wrong")
+            out.append(
+                f"no document has gold items for the list {g.name!r} (looked for {', '.join(cols)}): every "
+                f"item it predicts counts as wrong"
+            )
     return out
 
 
@@ -113,9 +122,17 @@ def ocr_document(doc: Document, data_dir: Path, cache: Path, engine: str, thread
     return Document(id=doc.id, words=words, page_sizes=sizes, fields=doc.fields, images=doc.images), ok
 
 
-def load_documents(dataset: str, data_dir: str | Path, split: str, *, limit: int | None = None,
-                   ocr: str | None = None, ocr_cache: str | Path | None = None, threads: int = 1,
-                   log=print) -> tuple[list[Document], list[str]]:
+def load_documents(
+    dataset: str,
+    data_dir: str | Path,
+    split: str,
+    *,
+    limit: int | None = None,
+    ocr: str | None = None,
+    ocr_cache: str | Path | None = None,
+    threads: int = 1,
+    log=print,
+) -> tuple[list[Document], list[str]]:
     """(documents, warnings). With `ocr`, the words come from OCR of the images (cached in `ocr_cache`)."""
     docs = list(read_dataset(dataset, data_dir, split, limit=limit))
     if not docs:
@@ -124,8 +141,10 @@ def load_documents(dataset: str, data_dir: str | Path, split: str, *, limit: int
         return docs, []
     without = [d.id for d in docs if not d.images]
     if without:
-        raise ValueError(f"--ocr {ocr}: {len(without)} of {len(docs)} documents of {dataset} {split} have no image "
-                         f"to OCR (first: {without[0]}); evaluate them with the dataset's words (no --ocr)")
+        raise ValueError(
+            f"--ocr {ocr}: {len(without)} of {len(docs)} documents of {dataset} {split} have no image "
+            f"to OCR (first: {without[0]}); evaluate them with the dataset's words (no --ocr)"
+        )
     cache = Path(ocr_cache)
     log(f"evaluate: OCR words from {cache} ({ocr}; images not cached yet are OCR'd now)")
     from tqdm.auto import tqdm
@@ -136,6 +155,12 @@ def load_documents(dataset: str, data_dir: str | Path, split: str, *, limit: int
         out.append(doc)
         if not ok:
             failed.append(d.id)
-    warnings = [f"OCR could not read the image(s) of {len(failed)} document(s) ({', '.join(failed[:5])}"
-                f"{', …' if len(failed) > 5 else ''}): scored without words; see {cache}/…/errors.jsonl"] if failed else []
+    warnings = (
+        [
+            f"OCR could not read the image(s) of {len(failed)} document(s) ({', '.join(failed[:5])}"
+            f"{', …' if len(failed) > 5 else ''}): scored without words; see {cache}/…/errors.jsonl"
+        ]
+        if failed
+        else []
+    )
     return out, warnings

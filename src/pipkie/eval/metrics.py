@@ -140,8 +140,12 @@ class Scores:
         out = dict(anls=sum(self.anls_sum.values()) / n if n else 0.0, n_fields=n)
         out.update(prf(sum(self.tp.values()), sum(self.n_pred.values()), sum(self.n_gold.values())))
         out["per_key"] = {
-            k: dict(anls=self.anls_sum[k] / self.count[k], n=self.count[k],
-                    exact=self.n_exact[k] / self.count[k], **prf(self.tp[k], self.n_pred[k], self.n_gold[k]))
+            k: dict(
+                anls=self.anls_sum[k] / self.count[k],
+                n=self.count[k],
+                exact=self.n_exact[k] / self.count[k],
+                **prf(self.tp[k], self.n_pred[k], self.n_gold[k]),
+            )
             for k in keys
         }
         return out
@@ -150,8 +154,9 @@ class Scores:
 ITEM_NAME_ANLS = 0.8  # a matched item counts when its name's ANLS is at least this (and its price is exact)
 
 
-def match_items(pred: list[dict], gold: list[dict], name: str = "name", price: str | None = "price",
-                threshold: float = 0.5) -> list[tuple[int, int, float]]:
+def match_items(
+    pred: list[dict], gold: list[dict], name: str = "name", price: str | None = "price", threshold: float = 0.5
+) -> list[tuple[int, int, float]]:
     """(predicted index, gold index, similarity) of the one-to-one matching of items that maximises the
     summed name ANLS (prices equal break ties; two items without a name compare by their prices);
     only pairs of similarity > 0."""
@@ -210,6 +215,12 @@ class ItemScores:
 
     def summary(self) -> dict:
         m = self.n_matched
-        return dict(prf(self.tp, self.n_pred, self.n_gold), tp=self.tp, n_pred=self.n_pred, n_gold=self.n_gold,
-                    n_docs=self.n_docs, n_matched=m,
-                    per_field={f: (self.anls_sum[f] / m if m else 0.0) for f in self.fields})
+        return dict(
+            prf(self.tp, self.n_pred, self.n_gold),
+            tp=self.tp,
+            n_pred=self.n_pred,
+            n_gold=self.n_gold,
+            n_docs=self.n_docs,
+            n_matched=m,
+            per_field={f: (self.anls_sum[f] / m if m else 0.0) for f in self.fields},
+        )

@@ -21,12 +21,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-MODEL_FILES = ("pipkie.json", "config.json", "adapter_config.json", "tokenizer.json", "tokenizer_config.json",
-               "special_tokens_map.json", "headfit.json")
+MODEL_FILES = (
+    "pipkie.json",
+    "config.json",
+    "adapter_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "headfit.json",
+)
 
 
 def model_fingerprint(path: str | Path) -> str:
@@ -73,8 +80,14 @@ def _differences(old: dict, new: dict) -> list[str]:
     return [k for k in sorted(set(old) | set(new)) if k != "hash" and old.get(k) != new.get(k)]
 
 
-def resume(path: Path, fingerprint: dict, *, fresh: bool = False, summary: Path | None = None,
-           log: Callable[[str], None] = print) -> dict[str, dict]:
+def resume(
+    path: Path,
+    fingerprint: dict,
+    *,
+    fresh: bool = False,
+    summary: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, dict]:
     """Rows of `path` that this run may keep (by document id): all of them when every row has this
     run's fingerprint, else none (the file is moved aside, with a message saying why)."""
     if not path.exists():

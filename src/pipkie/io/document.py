@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Document:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Document":
+    def from_dict(cls, d: dict) -> Document:
         words = [Word(w["text"], tuple(w["box"]), w.get("page", 0)) for w in d.get("words", [])]
         return cls(
             id=str(d["id"]),

@@ -26,9 +26,9 @@ printed on several lines, so each item is looked for from the line after the pre
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Union
 
 from PIL import Image, ImageDraw, ImageFont, ImageOps
 from rapidfuzz import fuzz
@@ -128,8 +128,9 @@ def locate(value: str, doc: Document, threshold: float = 0.8) -> Grounding:
     return max(fuzzy, key=lambda g: g.score) if fuzzy else Grounding()
 
 
-def ground_items(items: list[dict[str, str | None]], doc: Document, threshold: float = 0.8,
-                 anchor: str = "name") -> list[dict[str, Grounding]]:
+def ground_items(
+    items: list[dict[str, str | None]], doc: Document, threshold: float = 0.8, anchor: str = "name"
+) -> list[dict[str, Grounding]]:
     """Per item, per field, where its value is (see the module docstring); the items in line order."""
     lines = reading_order_lines(doc.words)
     line_of = {id(w): i for i, line in enumerate(lines) for w in line}
@@ -164,7 +165,7 @@ def ground(value: str, doc: Document, threshold: float = 0.8) -> list[Word]:
 
 
 def ground_fields(
-    values: dict[str, Union[str, Iterable[str], None]], doc: Document, threshold: float = 0.8
+    values: dict[str, str | Iterable[str] | None], doc: Document, threshold: float = 0.8
 ) -> dict[str, tuple[str, list[Word]]]:
     """Ground every extracted field: key -> (value, words). Several values of a key ground separately
     and their words are joined (the value shown is the values joined with ' | ')."""
@@ -192,7 +193,7 @@ def _free(rect: tuple[float, float, float, float], placed: list[tuple[float, flo
     return all(x1 <= p[0] or x0 >= p[2] or y1 <= p[1] or y0 >= p[3] for p in placed)
 
 
-def _page_image(doc: Document, image: Union[str, Path, Image.Image], page: int) -> Image.Image:
+def _page_image(doc: Document, image: str | Path | Image.Image, page: int) -> Image.Image:
     if isinstance(image, Image.Image):
         return image.convert("RGB")
     if Path(image).suffix.lower() == ".pdf":
@@ -209,8 +210,8 @@ def _page_image(doc: Document, image: Union[str, Path, Image.Image], page: int) 
 def draw(
     doc: Document,
     results: dict[str, tuple[str, list[Word]]],
-    image_path: Union[str, Path, Image.Image],
-    out_path: Union[str, Path],
+    image_path: str | Path | Image.Image,
+    out_path: str | Path,
     page: int = 0,
 ) -> Path:
     """Draw each key's word boxes and a 'key: value' label on page `page` of the document's image

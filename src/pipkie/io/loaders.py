@@ -49,7 +49,14 @@ from pipkie.data.errors import DataError
 from pipkie.data.sroie import read_box_file
 from pipkie.io.document import Document, Word, normalize_box
 from pipkie.io.ocr import (
-    MAX_PIXELS, ImageTooLarge, OCREngineError, OCRError, check_pixels, get_engine, load_image, to_words,
+    MAX_PIXELS,
+    ImageTooLarge,
+    OCREngineError,
+    OCRError,
+    check_pixels,
+    get_engine,
+    load_image,
+    to_words,
 )
 
 Source = Union[str, Path, bytes, None]
@@ -77,8 +84,15 @@ class DocumentError(DataError):
     name and without `detail`, the decoder library's own words (which end the message when given).
     """
 
-    def __init__(self, path, reason: str, line: int | None = None, *, detail: str | None = None,
-                 code: str = "unreadable_document"):
+    def __init__(
+        self,
+        path,
+        reason: str,
+        line: int | None = None,
+        *,
+        detail: str | None = None,
+        code: str = "unreadable_document",
+    ):
         super().__init__(path, reason + (f" ({detail})" if detail else ""), line)
         self.reason, self.detail, self.code = reason, detail, code
 
@@ -194,7 +208,9 @@ def _check_pages(n: int, max_pages: int, name: str) -> None:
         raise LimitExceeded(name, f"{n} pages, more than the limit of {max_pages}", code="too_many_pages")
 
 
-def _load_image(data: bytes, doc_id: str, path: Path | None, name: str, ocr: str, threads: int, limits: dict) -> Document:
+def _load_image(
+    data: bytes, doc_id: str, path: Path | None, name: str, ocr: str, threads: int, limits: dict
+) -> Document:
     try:
         im = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as e:  # Pillow's own limit, above ours
@@ -215,8 +231,9 @@ def _load_image(data: bytes, doc_id: str, path: Path | None, name: str, ocr: str
     return Document(id=doc_id, words=words, page_sizes=sizes, images=images)
 
 
-def _load_pdf(data: bytes, doc_id: str, name: str, ocr: str, threads: int, dpi: int, pdf_text: bool,
-              limits: dict) -> Document:
+def _load_pdf(
+    data: bytes, doc_id: str, name: str, ocr: str, threads: int, dpi: int, pdf_text: bool, limits: dict
+) -> Document:
     import pypdfium2 as pdfium
 
     try:
@@ -291,16 +308,20 @@ def pdf_text_words(page, page_index: int = 0) -> list[Word]:
                 if new_line or left < box[0] - 0.5 * size or left > box[2] + size:
                     flush()
             chars.append(ch)
-            box[:] = [left, bottom, right, top] if not box else [
-                min(box[0], left), min(box[1], bottom), max(box[2], right), max(box[3], top)
-            ]
+            box[:] = (
+                [left, bottom, right, top]
+                if not box
+                else [min(box[0], left), min(box[1], bottom), max(box[2], right), max(box[3], top)]
+            )
         flush()
         return words
     finally:
         textpage.close()
 
 
-def render_pdf_page(source: str | Path | bytes, page: int = 0, size: tuple[int, int] | None = None, dpi: int = 200) -> Image.Image:
+def render_pdf_page(
+    source: str | Path | bytes, page: int = 0, size: tuple[int, int] | None = None, dpi: int = 200
+) -> Image.Image:
     """A PDF page as a PIL image, at `size` pixels (e.g. the Document's page_sizes[page]) or at `dpi`."""
     import pypdfium2 as pdfium
 
@@ -319,8 +340,9 @@ def _load_textual(data: bytes, doc_id: str, path: Path | None, name: str, kind: 
     try:
         content = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise DocumentError(name, "unsupported file type (not a PDF, an image, JSON or UTF-8 text)",
-                            code="unsupported_type") from None
+        raise DocumentError(
+            name, "unsupported file type (not a PDF, an image, JSON or UTF-8 text)", code="unsupported_type"
+        ) from None
     if "\x00" in content:
         raise DocumentError(name, "unsupported binary file", code="unsupported_type")
     if kind == "json" or (content.lstrip().startswith("{") and _is_words_json(content)):
@@ -381,8 +403,9 @@ def _is_coordinate(v) -> bool:
     return type(v) in (int, float) and abs(v) < 1e9  # NaN and ±Infinity compare False
 
 
-def _load_json_words(content: str, doc_id: str, name: str, max_words: int | None = None,
-                     max_pages: int | None = None) -> Document:
+def _load_json_words(
+    content: str, doc_id: str, name: str, max_words: int | None = None, max_pages: int | None = None
+) -> Document:
     try:
         obj = json.loads(content)
     except json.JSONDecodeError as e:
@@ -390,8 +413,9 @@ def _load_json_words(content: str, doc_id: str, name: str, max_words: int | None
     return words_document(obj, doc_id, name, max_words, max_pages)
 
 
-def words_document(obj, doc_id: str = "document", name: str = "<words>", max_words: int | None = None,
-                   max_pages: int | None = None) -> Document:
+def words_document(
+    obj, doc_id: str = "document", name: str = "<words>", max_words: int | None = None, max_pages: int | None = None
+) -> Document:
     """A Document from parsed JSON words (the format in the module docstring; `doc_id` unless it
     has an "id"); DocumentError naming `name` and the word at fault, LimitExceeded over a limit."""
     if not isinstance(obj, dict) or not isinstance(obj.get("words"), list):
@@ -405,8 +429,10 @@ def words_document(obj, doc_id: str = "document", name: str = "<words>", max_wor
         raise DocumentError(name, "page_sizes must be a list of [width, height]", code="invalid_words") from None
     if any(w <= 0 or h <= 0 for w, h in page_sizes):
         raise DocumentError(name, "page sizes must be positive", code="invalid_words")
-    pages = max([len(page_sizes)] + [w.get("page", 0) + 1 for w in obj["words"]
-                                     if isinstance(w, dict) and type(w.get("page", 0)) is int])
+    pages = max(
+        [len(page_sizes)]
+        + [w.get("page", 0) + 1 for w in obj["words"] if isinstance(w, dict) and type(w.get("page", 0)) is int]
+    )
     if max_pages is not None and pages > max_pages:
         raise LimitExceeded(name, f"{pages} pages, more than the limit of {max_pages}", code="too_many_pages")
     words = []
@@ -416,8 +442,9 @@ def words_document(obj, doc_id: str = "document", name: str = "<words>", max_wor
             raise DocumentError(name, f'{where}: expected {{"text": str, "box": [...]}}', code="invalid_words")
         box, page = w.get("box"), w.get("page", 0)
         if not isinstance(box, list) or len(box) not in (4, 8) or not all(_is_coordinate(v) for v in box):
-            raise DocumentError(name, f"{where}: box must be 4 numbers [x0, y0, x1, y1] or 8 corner coordinates",
-                                code="invalid_words")
+            raise DocumentError(
+                name, f"{where}: box must be 4 numbers [x0, y0, x1, y1] or 8 corner coordinates", code="invalid_words"
+            )
         if type(page) is not int or page < 0 or (page_sizes and page >= len(page_sizes)):
             raise DocumentError(name, f"{where}: page {page!r} is not a page of the document", code="invalid_words")
         if not w["text"].strip():
@@ -426,8 +453,9 @@ def words_document(obj, doc_id: str = "document", name: str = "<words>", max_wor
             nbox = normalize_box(box, *page_sizes[page])
         else:
             if min(box) < 0 or max(box) > 1000:
-                raise DocumentError(name, f"{where}: box {box} is not 0-1000; give page_sizes for pixel boxes",
-                                    code="invalid_words")
+                raise DocumentError(
+                    name, f"{where}: box {box} is not 0-1000; give page_sizes for pixel boxes", code="invalid_words"
+                )
             nbox = normalize_box(box, 1000, 1000)
         words.append(Word(w["text"], nbox, page))
     return Document(id=str(obj.get("id", doc_id)), words=words, page_sizes=page_sizes)

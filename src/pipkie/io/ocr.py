@@ -39,7 +39,7 @@ import shutil
 import subprocess
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Protocol, Union
 
@@ -157,16 +157,30 @@ class RapidOCR:
 
     name = "rapidocr"
 
-    def __init__(self, threads: int = 1, word_boxes: bool = True, min_score: float = 0.5, *,
-                 max_side: int | None = None, det_side: int | None = None, det_limit_type: str | None = None,
-                 use_cls: bool | None = None, rec_batch: int | None = None):
+    def __init__(
+        self,
+        threads: int = 1,
+        word_boxes: bool = True,
+        min_score: float = 0.5,
+        *,
+        max_side: int | None = None,
+        det_side: int | None = None,
+        det_limit_type: str | None = None,
+        use_cls: bool | None = None,
+        rec_batch: int | None = None,
+    ):
         if threads < 1:
             raise ValueError("threads must be >= 1")
         if det_limit_type not in (None, "min", "max"):
             raise ValueError("det_limit_type must be 'min' or 'max'")
         self.threads, self.word_boxes, self.min_score = threads, word_boxes, min_score
-        tuning = {"Global.max_side_len": max_side, "Det.limit_side_len": det_side, "Det.limit_type": det_limit_type,
-                  "Global.use_cls": use_cls, "Rec.rec_batch_num": rec_batch}
+        tuning = {
+            "Global.max_side_len": max_side,
+            "Det.limit_side_len": det_side,
+            "Det.limit_type": det_limit_type,
+            "Global.use_cls": use_cls,
+            "Rec.rec_batch_num": rec_batch,
+        }
         self.tuning = {k: v for k, v in tuning.items() if v is not None}  # only what differs from rapidocr's own
         self._ocr = None
         self._lock = threading.Lock()
@@ -316,6 +330,6 @@ def get_engine(name: str = "rapidocr", threads: int = 1) -> OCREngine:
     return _cached_engine(name.lower(), int(threads))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cached_engine(name: str, threads: int) -> OCREngine:
     return ENGINES[name](threads=threads, **_OPTIONS.get(name, {}))

@@ -49,9 +49,17 @@ def doc_id(path: Path, src: Path) -> str:
     return str(_relative(path, src).with_suffix("")).replace(os.sep, "_")
 
 
-def ocr_folder(src: str | Path, out: str | Path, *, engine: str = "rapidocr", threads: int = 1,
-               limit: int | None = None, shard: tuple[int, int] = (0, 1), max_pages: int = 20,
-               progress: bool = True) -> dict:
+def ocr_folder(
+    src: str | Path,
+    out: str | Path,
+    *,
+    engine: str = "rapidocr",
+    threads: int = 1,
+    limit: int | None = None,
+    shard: tuple[int, int] = (0, 1),
+    max_pages: int = 20,
+    progress: bool = True,
+) -> dict:
     """OCR every input not yet done; returns counts {done, skipped, failed, seconds}."""
     src, out = Path(src), Path(out)
     index, count = shard
@@ -64,8 +72,14 @@ def ocr_folder(src: str | Path, out: str | Path, *, engine: str = "rapidocr", th
     from tqdm import tqdm
 
     t0 = time.time()
-    bar = tqdm(todo, unit="file", file=sys.stderr, disable=not progress, mininterval=10,
-               desc=f"ocr {index + 1}/{count}" if count > 1 else "ocr")
+    bar = tqdm(
+        todo,
+        unit="file",
+        file=sys.stderr,
+        disable=not progress,
+        mininterval=10,
+        desc=f"ocr {index + 1}/{count}" if count > 1 else "ocr",
+    )
     for path in bar:
         target = output_path(path, src, out)
         try:

@@ -22,9 +22,9 @@ group blocks: their masks are unchanged.
 Speed: an explicit mask keeps sdpa off its causal kernel, which skips the upper triangle. Under
 `prefix_causal` the prefix rows are plain causal, so `pip_sdpa_attention` (registered as the
 attention implementation "pipkie_sdpa", which `enable_pip_attention` selects) runs them with the
-causal kernel and only the template rows with their slice of the explicit mask: on SROIE, batch 1,
-two threads, the forward's cost over the plain causal pass falls from ~45 ms to ~3 ms. Without the `pip_causal_rows`
-argument it *is* sdpa, so AR decoding and plain passes are unchanged.
+causal kernel and only the template rows with their slice of the explicit mask, so a PIP pass costs
+little more than the plain causal pass over the same tokens (the bench's floor ratio). Without the
+`pip_causal_rows` argument it *is* sdpa, so AR decoding and plain passes are unchanged.
 """
 
 from __future__ import annotations
@@ -32,8 +32,16 @@ from __future__ import annotations
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import (AttentionMaskInterface, and_masks, bidirectional_mask_function,
-                                        causal_mask_function, create_causal_mask, eager_mask, or_masks, sdpa_mask)
+from transformers.masking_utils import (
+    AttentionMaskInterface,
+    and_masks,
+    bidirectional_mask_function,
+    causal_mask_function,
+    create_causal_mask,
+    eager_mask,
+    or_masks,
+    sdpa_mask,
+)
 
 PATTERNS = ("causal", "prefix_causal", "full")
 GROUP_BLOCK = 1 << 20  # = pipkie.model.groups.GROUP_BLOCK: block ids above it are group blocks
@@ -108,17 +116,27 @@ def build_attention_mask(
     extra = extra_pattern(pattern, block_ids)
     config = _text_config(model)
     isolate = isolated_template_blocks(block_ids) if block_ids is not None and pattern != "full" else None
-    builder = {"sdpa": sdpa_mask, PIP_SDPA: sdpa_mask, "eager": eager_mask}.get(getattr(config, "_attn_implementation", None))
+    builder = {"sdpa": sdpa_mask, PIP_SDPA: sdpa_mask, "eager": eager_mask}.get(
+        getattr(config, "_attn_implementation", None)
+    )
     if builder is not None and (extra or isolate) and not getattr(config, "sliding_window", None):
         # Our predicates are plain tensor indexing, so they broadcast over index grids directly.
-        # create_causal_mask would vmap them (it cannot know that): ~17 ms instead of ~0.3 ms for a
-        # 150 x 650 mask, a measurable share of a PIP pass (`pipkie bench`'s floor ratio).
+        # create_causal_mask would vmap them (it cannot know that), many times slower, a measurable
+        # share of a PIP pass (`pipkie bench`'s floor ratio).
         predicate = or_masks(causal_mask_function, extra) if extra else causal_mask_function
-        return builder(batch_size=attention_mask.shape[0], q_length=query_length, kv_length=attention_mask.shape[1],
-                       q_offset=cache.get_seq_length() if cache is not None else 0, kv_offset=0,
-                       mask_function=and_masks(predicate, isolate) if isolate else predicate,
-                       attention_mask=attention_mask.bool(), allow_is_causal_skip=False, use_vmap=False,
-                       dtype=model.dtype, device=attention_mask.device)
+        return builder(
+            batch_size=attention_mask.shape[0],
+            q_length=query_length,
+            kv_length=attention_mask.shape[1],
+            q_offset=cache.get_seq_length() if cache is not None else 0,
+            kv_offset=0,
+            mask_function=and_masks(predicate, isolate) if isolate else predicate,
+            attention_mask=attention_mask.bool(),
+            allow_is_causal_skip=False,
+            use_vmap=False,
+            dtype=model.dtype,
+            device=attention_mask.device,
+        )
     probe = torch.empty(attention_mask.shape[0], query_length, 1, dtype=model.dtype, device=attention_mask.device)
     return create_causal_mask(
         config=config,
@@ -144,8 +162,9 @@ def pip_sdpa_attention(module, query, key, value, attention_mask, *, pip_causal_
     if not c or query.shape[2] != key.shape[2] or not getattr(module, "is_causal", True):
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     kwargs.pop("is_causal", None)
-    head, _ = sdpa_attention_forward(module, query[:, :, :c], key[:, :, :c], value[:, :, :c], None,
-                                     is_causal=True, **kwargs)
+    head, _ = sdpa_attention_forward(
+        module, query[:, :, :c], key[:, :, :c], value[:, :, :c], None, is_causal=True, **kwargs
+    )
     rest = attention_mask[:, :, c:] if attention_mask is not None else None
     tail, _ = sdpa_attention_forward(module, query[:, :, c:], key, value, rest, is_causal=False, **kwargs)
     return torch.cat([head, tail], dim=1), None  # (batch, q, heads, d)
@@ -170,8 +189,13 @@ def causal_rows(model, pattern: str, attention_mask: torch.Tensor, block_ids: to
     first template token, when the model uses "pipkie_sdpa" under prefix_causal, with no padding and
     no cache; 0 otherwise (everything through the explicit mask)."""
     config = _text_config(model)
-    if (getattr(config, "_attn_implementation", None) != PIP_SDPA or pattern != "prefix_causal" or block_ids is None
-            or cache is not None or not bool(attention_mask.all())):
+    if (
+        getattr(config, "_attn_implementation", None) != PIP_SDPA
+        or pattern != "prefix_causal"
+        or block_ids is None
+        or cache is not None
+        or not bool(attention_mask.all())
+    ):
         return 0
     templated = (block_ids > 0).any(0).nonzero()
     return int(templated[0]) if len(templated) else 0

@@ -21,9 +21,8 @@ alignment explicit while decoding stays one forward pass with an independent arg
   longer than its K slots (one more class, the value is cut). Slot j is past the end with
   probability past_j = Σ_m p_start(m) P(L ≤ j | m), and then emits `<|pip_end|>`:
   p_j = past_j · [v = end] + (1 − past_j) · (g_j · p_vocab_j + (1 − g_j) · p_copy_j).
-  (A first version pointed at the end anywhere in the document, independently of the start: its
-  mass went mostly to positions before the start, which conditioning on the start discards, and the
-  rest was too flat to stop values on time: `20/11/2017 B`.)
+  The end is scored given the start: an end pointer independent of the start puts mass before the
+  start and is too flat to stop values on time.
 
 Training maximises the likelihood of the mixture, so every start consistent with a target token
 gets credit (no alignment labels are needed). h are the model's final hidden states (after its
@@ -77,7 +76,7 @@ class CopyHead(nn.Module):
         save_file(state, str(Path(directory, COPY_FILE)), metadata={"hidden": str(self.hidden), "dim": str(self.dim)})
 
     @classmethod
-    def load(cls, directory: str | Path) -> "CopyHead":
+    def load(cls, directory: str | Path) -> CopyHead:
         from safetensors import safe_open
         from safetensors.torch import load_file
 
@@ -187,8 +186,9 @@ def field_probs(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor
     return mixture(vocab_logits, *start_gate_past(head, hidden, f), f)
 
 
-def mixture(vocab_logits: torch.Tensor, p_start: torch.Tensor, gate: torch.Tensor, past: torch.Tensor,
-            f: FieldSpan) -> torch.Tensor:
+def mixture(
+    vocab_logits: torch.Tensor, p_start: torch.Tensor, gate: torch.Tensor, past: torch.Tensor, f: FieldSpan
+) -> torch.Tensor:
     """(n, V) mixture of the field's first n slots, n = len(vocab_logits) ≤ K (their LM-head logits);
     vocab_logits (float32) is consumed."""
     n = len(vocab_logits)

@@ -41,8 +41,19 @@ from pipkie.schema import Group, Key, KeySchema
 DEFAULT_ITEMS = 24  # items of a list without maxItems, when they fit
 ITEMS_SHARE = 0.5  # a list without maxItems gets at most this share of the context
 # slots of an item's field without a budget of its own (by name; else the builder's default)
-ITEM_BUDGETS = {"name": 16, "description": 24, "product": 16, "item": 16, "quantity": 6, "qty": 6,
-                "unit_price": 10, "unit price": 10, "price": 10, "amount": 10, "total": 10}
+ITEM_BUDGETS = {
+    "name": 16,
+    "description": 24,
+    "product": 16,
+    "item": 16,
+    "quantity": 6,
+    "qty": 6,
+    "unit_price": 10,
+    "unit price": 10,
+    "price": 10,
+    "amount": 10,
+    "total": 10,
+}
 
 
 def header_text(group: Group, i: int, key: Key, description: bool = True) -> str:
@@ -63,7 +74,9 @@ def field_budget(builder, group: Group, key: Key) -> int:
 
 def item_length(builder, group: Group, i: int) -> int:
     """Template tokens of item i of a list (its fields' headers and slots)."""
-    return sum(len(builder.cached_ids(header_text(group, i, k))) + field_budget(builder, group, k) for k in group.fields)
+    return sum(
+        len(builder.cached_ids(header_text(group, i, k))) + field_budget(builder, group, k) for k in group.fields
+    )
 
 
 def items_budgets(builder, schema: KeySchema) -> list[int]:
@@ -91,7 +104,9 @@ def items_budgets(builder, schema: KeySchema) -> list[int]:
 
 def template_length(builder, schema: KeySchema) -> int:
     """Tokens of the groups' part of the PIP template."""
-    return sum(item_length(builder, g, i) for g, k in zip(schema.groups, items_budgets(builder, schema)) for i in range(k))
+    return sum(
+        item_length(builder, g, i) for g, k in zip(schema.groups, items_budgets(builder, schema)) for i in range(k)
+    )
 
 
 def item_values(values, group: Group) -> list[dict]:
@@ -115,8 +130,11 @@ def pip_groups(builder, schema: KeySchema, values=None, offset: int = 0):
             block += 1
             for key in g.fields:
                 h, b = builder.cached_ids(header_text(g, i, key)), field_budget(builder, g, key)
-                slots.append(FieldSlots(f"{g.name}[{i}].{key.name}", offset + len(ids) + len(h), b, group=g.name,
-                                        item=i, field=key.name))
+                slots.append(
+                    FieldSlots(
+                        f"{g.name}[{i}].{key.name}", offset + len(ids) + len(h), b, group=g.name, item=i, field=key.name
+                    )
+                )
                 ids += h + [builder.slot_input(j) for j in range(b)]
                 blocks += [block] * (len(h) + b)
                 if values is not None:
@@ -137,8 +155,11 @@ def ar_reserved(builder, schema: KeySchema) -> int:
     "no more items" header and end."""
     n = 0
     for g, k in zip(schema.groups, items_budgets(builder, schema)):
-        n += sum(len(builder.cached_ids(header_text(g, i, f, False))) + field_budget(builder, g, f) + 1
-                 for i in range(k) for f in g.fields)
+        n += sum(
+            len(builder.cached_ids(header_text(g, i, f, False))) + field_budget(builder, g, f) + 1
+            for i in range(k)
+            for f in g.fields
+        )
         n += len(builder.cached_ids(header_text(g, k, g.fields[0], False))) + 1
     return n
 
@@ -150,8 +171,11 @@ def ar_answer(builder, schema: KeySchema, values) -> list[int]:
         items = item_values(values, g)[:k]
         for i, it in enumerate(items):
             for f in g.fields:
-                ids += builder.cached_ids(header_text(g, i, f, False)) + builder.value_ids(
-                    it.get(f.name), field_budget(builder, g, f)) + [builder.end_id]
+                ids += (
+                    builder.cached_ids(header_text(g, i, f, False))
+                    + builder.value_ids(it.get(f.name), field_budget(builder, g, f))
+                    + [builder.end_id]
+                )
         if len(items) < k:
             ids += builder.cached_ids(header_text(g, len(items), g.fields[0], False)) + [builder.end_id]
     return ids
@@ -176,8 +200,17 @@ def ar_steps(builder, schema: KeySchema) -> list[Step]:
     for g, k in zip(schema.groups, items_budgets(builder, schema)):
         for i in range(k):
             for j, f in enumerate(g.fields):
-                steps.append(Step(f"{g.name}[{i}].{f.name}", builder.cached_ids(header_text(g, i, f, False)),
-                                  field_budget(builder, g, f), g.name, i, f.name, first=j == 0))
+                steps.append(
+                    Step(
+                        f"{g.name}[{i}].{f.name}",
+                        builder.cached_ids(header_text(g, i, f, False)),
+                        field_budget(builder, g, f),
+                        g.name,
+                        i,
+                        f.name,
+                        first=j == 0,
+                    )
+                )
     return steps
 
 

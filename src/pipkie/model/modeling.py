@@ -50,7 +50,7 @@ class Settings:
         Path(directory, SETTINGS_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Settings":
+    def load(cls, directory: str | Path) -> Settings:
         """The settings saved in `directory` (defaults when there are none). Fields this version does
         not know (a newer pipkie's) are left out with a warning; missing ones take their defaults."""
         p = Path(directory, SETTINGS_FILE)
@@ -74,7 +74,7 @@ class NoARBaseline(ValueError):
     """AR decoding was asked of a PIP model that names no AR baseline."""
 
 
-def ar_baseline_path(model_path: str | Path, settings: "Settings") -> str | None:
+def ar_baseline_path(model_path: str | Path, settings: Settings) -> str | None:
     """Where a model's AR decodes run: the model itself when it is an AR model, else its
     `ar_baseline` directory (relative to the model's), else None."""
     if settings.objective == "ar":
@@ -85,7 +85,7 @@ def ar_baseline_path(model_path: str | Path, settings: "Settings") -> str | None
     return str(p if p.is_absolute() else (Path(model_path) / p).resolve())
 
 
-def model_for_decode(model_path: str | Path, decode: str, settings: "Settings | None" = None) -> str:
+def model_for_decode(model_path: str | Path, decode: str, settings: Settings | None = None) -> str:
     """The model directory that the decoder `decode` (`pipkie.decoding.DECODERS`) runs on for the
     model at `model_path`: the PIP model for a PIP decoder; for AR decoders, an AR model itself or a
     PIP model's `ar_baseline`. Raises NoARBaseline / ValueError / FileNotFoundError with what to do,
@@ -103,9 +103,13 @@ def model_for_decode(model_path: str | Path, decode: str, settings: "Settings | 
     if path is None:
         raise NoARBaseline(
             f"{model_path} is a PIP model with no AR baseline ('ar_baseline' in its {SETTINGS_FILE}); "
-            f"{decode} decoding needs one: give an AR model (--ar-model) or set ar_baseline to its directory")
-    if not Path(path, SETTINGS_FILE).exists() and not Path(path, "config.json").exists() \
-            and not Path(path, "adapter_config.json").exists():
+            f"{decode} decoding needs one: give an AR model (--ar-model) or set ar_baseline to its directory"
+        )
+    if (
+        not Path(path, SETTINGS_FILE).exists()
+        and not Path(path, "config.json").exists()
+        and not Path(path, "adapter_config.json").exists()
+    ):
         raise FileNotFoundError(f"AR baseline of {model_path} not found: {path} is not a model directory")
     return path
 
@@ -136,12 +140,27 @@ def resolve_base(name: str) -> str:
     return str(smollm2_path()) if name == "smollm2" else name
 
 
-def compact_config(vocab_size: int, arch: str = "qwen2", *, hidden: int = 384, layers: int = 6, heads: int = 6,
-                   ffn: int = 1536, max_positions: int = 2048):
+def compact_config(
+    vocab_size: int,
+    arch: str = "qwen2",
+    *,
+    hidden: int = 384,
+    layers: int = 6,
+    heads: int = 6,
+    ffn: int = 1536,
+    max_positions: int = 2048,
+):
     """A small decoder (≈ 10-30M parameters) for the compact track and for tests."""
-    kw = dict(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-              num_key_value_heads=heads, intermediate_size=ffn, max_position_embeddings=max_positions,
-              tie_word_embeddings=True)
+    kw = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        intermediate_size=ffn,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+    )
     return AutoConfig.for_model(arch, **kw)
 
 
@@ -193,9 +212,9 @@ class VocabSlice(torch.nn.Module):
 def pad_vocabulary(model, multiple: int = 64) -> None:
     """For inference: pad the (tied) embedding / LM-head rows to a multiple of `multiple` and slice
     the logits back to the real vocabulary, so outputs are unchanged. CPU GEMMs over an odd row count
-    are much slower: the LM head over PIP's 110 SROIE slots took 236 ms over SmolLM2's 49,152 + 67
-    pipkie rows and 129 ms over 49,280 (1 thread), a tenth of a whole PIP pass. (nanoGPT pads its
-    vocabulary for the same reason.) Not for training: a saved model would keep the padding."""
+    are much slower (SmolLM2's 49,152 rows + pipkie's tokens is odd; measured in docs/RESULTS.md),
+    and nanoGPT pads its vocabulary for the same reason. Not for training: a saved model would keep
+    the padding."""
     head = model.get_output_embeddings()
     size = head.weight.shape[0]
     if size % multiple == 0 or isinstance(head, VocabSlice):
@@ -214,7 +233,9 @@ def load_model(path: str | Path, *, dtype=torch.float32, pad_vocab: bool = False
     if Path(path, "adapter_config.json").exists():
         from peft import PeftModel
 
-        base_dir = resolve_base(settings.base or json.loads(Path(path, "adapter_config.json").read_text())["base_model_name_or_path"])
+        base_dir = resolve_base(
+            settings.base or json.loads(Path(path, "adapter_config.json").read_text())["base_model_name_or_path"]
+        )
         tokenizer = load_tokenizer(path)
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
         add_tokens_to_model(base, tokenizer, settings.slot_tokens)
@@ -234,8 +255,14 @@ def load_model(path: str | Path, *, dtype=torch.float32, pad_vocab: bool = False
 
 
 def builder_for(tokenizer, settings: Settings, **overrides) -> TemplateBuilder:
-    kw = dict(max_length=settings.max_length, budgets=settings.budgets, default_budget=settings.default_budget,
-              slot_tokens=settings.slot_tokens, field_blocks=settings.field_blocks, copy=settings.copy_head)
+    kw = dict(
+        max_length=settings.max_length,
+        budgets=settings.budgets,
+        default_budget=settings.default_budget,
+        slot_tokens=settings.slot_tokens,
+        field_blocks=settings.field_blocks,
+        copy=settings.copy_head,
+    )
     kw.update(overrides)
     return TemplateBuilder(tokenizer, **kw)
 
@@ -244,8 +271,15 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["Settings", "load_model", "smollm2_path", "compact_config", "add_tokens_to_model", "builder_for",
-           "SPECIAL_TOKENS"]
+__all__ = [
+    "Settings",
+    "load_model",
+    "smollm2_path",
+    "compact_config",
+    "add_tokens_to_model",
+    "builder_for",
+    "SPECIAL_TOKENS",
+]
 
 
 def default_model_path() -> str:

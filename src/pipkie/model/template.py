@@ -48,8 +48,8 @@ marker's positions (`Encoded.seam`) are left out of the copy stream.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from pipkie.schema import MAX_VALUE_TOKENS, Key, KeySchema
 
@@ -258,8 +258,9 @@ class TemplateBuilder:
         """Tokens made of whitespace with a line break: left out of the copy stream."""
         if self._newline_ids is None:
             vocab = self.tok.get_vocab()
-            self._newline_ids = {i for t, i in vocab.items()
-                                 if "\n" in (s := self.tok.convert_tokens_to_string([t])) and not s.strip()}
+            self._newline_ids = {
+                i for t, i in vocab.items() if "\n" in (s := self.tok.convert_tokens_to_string([t])) and not s.strip()
+            }
         return self._newline_ids
 
     def copy_stream(self, ids: list[int], start: int, end: int, seam: tuple[int, int] | None = None) -> list[int]:
@@ -304,15 +305,19 @@ class TemplateBuilder:
             marker = self.marker_ids if room - len(self.marker_ids) >= 2 else []
             n_head = int((room - len(marker)) * HEAD_SHARE) if marker else 0
             n_tail = room - len(marker) - n_head
-            warnings.warn(msg + f": {cut} tokens are dropped from the middle (the first {n_head} and the last "
-                          f"{n_tail} are kept)", stacklevel=3)
+            warnings.warn(
+                msg + f": {cut} tokens are dropped from the middle (the first {n_head} and the last {n_tail} are kept)",
+                stacklevel=3,
+            )
             kept = list(range(n_head)) + [-1] * len(marker) + list(range(len(doc) - n_tail, len(doc)))
             if marker:
                 seam = (len(head) + n_head, len(head) + n_head + len(marker))
-            doc = doc[:n_head] + marker + doc[len(doc) - n_tail:]
+            doc = doc[:n_head] + marker + doc[len(doc) - n_tail :]
         return Fit(head + doc + ([self.answer_id] if answer else []), cut, len(head), kept, seam)
 
-    def prefix(self, text: str, reserved: int, answer: bool = True, image: list[int] | None = None) -> tuple[list[int], int]:
+    def prefix(
+        self, text: str, reserved: int, answer: bool = True, image: list[int] | None = None
+    ) -> tuple[list[int], int]:
         """`fit`'s ids and number of document tokens dropped. `image`: a vision-language model's
         image placeholder tokens."""
         f = self.fit(text, reserved, answer, image)
@@ -327,8 +332,13 @@ class TemplateBuilder:
             n += template_length(self, schema)
         return n
 
-    def pip(self, text: str, schema: KeySchema, values: Mapping[str, str | None] | None = None,
-            image: list[int] | None = None) -> Encoded:
+    def pip(
+        self,
+        text: str,
+        schema: KeySchema,
+        values: Mapping[str, str | None] | None = None,
+        image: list[int] | None = None,
+    ) -> Encoded:
         f = self.fit(text, self.template_length(schema), image=image)
         ids = f.ids
         enc = Encoded(ids, prefix_len=len(ids), truncated=f.cut, seam=f.seam, kept=f.kept)

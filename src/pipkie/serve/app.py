@@ -7,8 +7,8 @@ from __future__ import annotations
 import signal
 import threading
 import warnings
+from collections.abc import Callable
 from contextlib import asynccontextmanager
-from typing import Callable
 
 from fastapi import FastAPI
 from PIL import Image
@@ -37,10 +37,16 @@ def create_app(extractor=None, settings: ServeSettings | None = None, **override
         restore()
         await service.stop()
 
-    app = FastAPI(title="pipkie", version="0.1.0", lifespan=lifespan, routes=[*router.routes, *web.router.routes],
-                  docs_url=None, redoc_url=None,  # web.router serves them, with local assets
-                  description="Key information extraction from documents with parallel decoding (PIP). Errors: "
-                              "`{code, detail, request_id}`; limits: GET /health. A page for people: `/`.")
+    app = FastAPI(
+        title="pipkie",
+        version="0.1.0",
+        lifespan=lifespan,
+        routes=[*router.routes, *web.router.routes],
+        docs_url=None,
+        redoc_url=None,  # web.router serves them, with local assets
+        description="Key information extraction from documents with parallel decoding (PIP). Errors: "
+        "`{code, detail, request_id}`; limits: GET /health. A page for people: `/`.",
+    )
     web.mount_static(app)
     app.state.service, app.state.batcher = service, service.batcher
     app.add_middleware(errors.RequestIdMiddleware)
@@ -78,14 +84,26 @@ def drain_on_signals(service: Service, grace_s: float = SHUTDOWN_GRACE_S) -> Cal
         for sig, prev in previous.items():
             if signal.getsignal(sig) is handler:
                 signal.signal(sig, prev)
+
     return restore
 
 
-def run(host: str = "127.0.0.1", port: int = 8000, extractor=None, settings: ServeSettings | None = None,
-        log_level: str = "warning", **overrides) -> None:
+def run(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    extractor=None,
+    settings: ServeSettings | None = None,
+    log_level: str = "warning",
+    **overrides,
+) -> None:
     """Serve `create_app(extractor, settings, **overrides)` with uvicorn in one process (batching
     needs the single worker); uvicorn's own grace period outlasts the app's drain."""
     import uvicorn
 
-    uvicorn.run(create_app(extractor, settings, **overrides), host=host, port=port, log_level=log_level,
-                timeout_graceful_shutdown=int(SHUTDOWN_GRACE_S + 5))
+    uvicorn.run(
+        create_app(extractor, settings, **overrides),
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=int(SHUTDOWN_GRACE_S + 5),
+    )

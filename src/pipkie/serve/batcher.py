@@ -23,9 +23,9 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
 
 from pipkie.io.document import Document
 from pipkie.schema import KeySchema
@@ -46,14 +46,27 @@ class DeadlineExceeded(Exception):
 
 
 class RunningMean:
-    """Exponentially weighted mean (weight `alpha` for each new value); `value` is None until the
-    first update unless a prior is given."""
+    """Exponentially weighted mean (weight `alpha` for each new value) and mean deviation; `value` is
+    None until the first update unless a prior is given.
 
-    def __init__(self, prior: float | None = None, alpha: float = 0.2):
-        self.value, self.alpha = prior, alpha
+    `upper` = mean + 4 × mean deviation, as TCP sizes its retransmission timeout from measured round
+    trips (RFC 6298): what admission plans with, so that a service whose call times vary (a busy
+    neighbour on the same cores, documents of different lengths) refuses at once rather than admits
+    work it then answers after the deadline."""
+
+    def __init__(self, prior: float | None = None, alpha: float = 0.2, beta: float = 0.25):
+        self.value, self.alpha, self.beta, self.deviation = prior, alpha, beta, 0.0
 
     def update(self, x: float) -> None:
-        self.value = x if self.value is None else (1 - self.alpha) * self.value + self.alpha * x
+        if self.value is None:
+            self.value = x
+            return
+        self.deviation = (1 - self.beta) * self.deviation + self.beta * abs(x - self.value)
+        self.value = (1 - self.alpha) * self.value + self.alpha * x
+
+    @property
+    def upper(self) -> float | None:
+        return None if self.value is None else self.value + 4 * self.deviation
 
 
 @dataclass
@@ -72,8 +85,14 @@ class Batcher:
     on_call(documents, seconds, failed): called after every model call (metrics).
     """
 
-    def __init__(self, get_extractor: Callable, max_batch: int = 8, max_wait_ms: float = 10, max_queue: int = 32,
-                 on_call: Callable[[int, float, bool], None] | None = None):
+    def __init__(
+        self,
+        get_extractor: Callable,
+        max_batch: int = 8,
+        max_wait_ms: float = 10,
+        max_queue: int = 32,
+        on_call: Callable[[int, float, bool], None] | None = None,
+    ):
         self.get_extractor = get_extractor
         self.max_batch, self.max_wait = max(1, int(max_batch)), max(0.0, max_wait_ms / 1000)
         self.max_queue = max(1, int(max_queue))
@@ -86,8 +105,14 @@ class Batcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running = (0, 0.0)  # (documents of the collected batch not done yet, when its current call began)
         self.closed = False
-        self.stats = {"batches": 0, "model_calls": 0, "documents": 0, "largest_call": 0, "failed_calls": 0,
-                      "expired": 0}
+        self.stats = {
+            "batches": 0,
+            "model_calls": 0,
+            "documents": 0,
+            "largest_call": 0,
+            "failed_calls": 0,
+            "expired": 0,
+        }
 
     @property
     def queued(self) -> int:
@@ -106,7 +131,7 @@ class Batcher:
         Counted in whole model calls: a job's answer comes when its call ends, and on a busy service
         the jobs that arrive after it fill its call up to `max_batch` (counting only the jobs ahead of
         it under-estimated by up to max_batch - 1 documents, and answers came after their deadline)."""
-        per_doc = self.seconds_per_doc.value
+        per_doc = self.seconds_per_doc.upper
         if per_doc is None:
             return 0.0
         docs, since = self._running
@@ -124,8 +149,9 @@ class Batcher:
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run(), name="pipkie-batcher")
 
-    def submit(self, doc: Document, schema: KeySchema, decode: str, refine_steps: int,
-               deadline: float | None = None) -> asyncio.Future:
+    def submit(
+        self, doc: Document, schema: KeySchema, decode: str, refine_steps: int, deadline: float | None = None
+    ) -> asyncio.Future:
         """Queue a job; its future gets the Extraction (or the exception). QueueFull when full,
         ShuttingDown once stopping. Cancelling the future withdraws the job."""
         if self.closed:
@@ -134,8 +160,9 @@ class Batcher:
         if self.queued >= self.max_queue:
             raise QueueFull(f"{self.max_queue} requests are already waiting for the model")
         loop = asyncio.get_running_loop()
-        job = Job(doc, schema, decode, refine_steps, deadline if deadline is not None else float("inf"),
-                  loop.create_future())
+        job = Job(
+            doc, schema, decode, refine_steps, deadline if deadline is not None else float("inf"), loop.create_future()
+        )
         self._queue.append(job)
         self._ready.set()
         return job.future
@@ -146,7 +173,8 @@ class Batcher:
         self._ensure_worker()
         t0 = time.perf_counter()
         await asyncio.get_running_loop().run_in_executor(
-            self._executor, lambda: self.get_extractor().extract_many([doc], schema=schema, batch_size=1))
+            self._executor, lambda: self.get_extractor().extract_many([doc], schema=schema, batch_size=1)
+        )
         seconds = time.perf_counter() - t0
         self.seconds_per_doc.update(seconds)
         return seconds
@@ -205,7 +233,7 @@ class Batcher:
             self._ready.clear()
             try:
                 await asyncio.wait_for(self._ready.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
         return batch
 
@@ -249,8 +277,9 @@ class Batcher:
         loop = asyncio.get_running_loop()
         docs = [j.doc for j in jobs]
         try:
-            results = await loop.run_in_executor(self._executor, self._call, docs, first.schema, first.decode,
-                                                 first.refine_steps)
+            results = await loop.run_in_executor(
+                self._executor, self._call, docs, first.schema, first.decode, first.refine_steps
+            )
         except Exception as e:
             if len(jobs) > 1:  # find the request that fails: each one alone
                 for j in jobs:
@@ -269,8 +298,9 @@ class Batcher:
         self.stats["largest_call"] = max(self.stats["largest_call"], len(docs))
         t0, failed = time.perf_counter(), True
         try:
-            out = self.get_extractor().extract_many(docs, schema=schema, decode=decode, refine_steps=refine_steps,
-                                                    batch_size=len(docs))
+            out = self.get_extractor().extract_many(
+                docs, schema=schema, decode=decode, refine_steps=refine_steps, batch_size=len(docs)
+            )
             failed = False
             return out
         finally:

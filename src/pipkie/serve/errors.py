@@ -52,8 +52,11 @@ def request_id(request: Request) -> str:
 
 def error_response(request: Request, status: int, code: str, detail: str, headers: dict | None = None) -> JSONResponse:
     rid = request_id(request)
-    return JSONResponse({"code": code, "detail": detail, "request_id": rid}, status_code=status,
-                        headers={**(headers or {}), REQUEST_ID_HEADER: rid})
+    return JSONResponse(
+        {"code": code, "detail": detail, "request_id": rid},
+        status_code=status,
+        headers={**(headers or {}), REQUEST_ID_HEADER: rid},
+    )
 
 
 class RequestIdMiddleware:

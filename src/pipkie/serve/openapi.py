@@ -54,25 +54,51 @@ class HealthOut(BaseModel):
 
 _KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]{0,63}$"
 _WORD = {
-    "type": "object", "required": ["text", "box"], "additionalProperties": False,
+    "type": "object",
+    "required": ["text", "box"],
+    "additionalProperties": False,
     "properties": {
         "text": {"type": "string"},
-        "box": {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1000},
-                "anyOf": [{"minItems": 4, "maxItems": 4}, {"minItems": 8, "maxItems": 8}],
-                "description": "[x0, y0, x1, y1] or 8 corners; 0-1000, or pixels with page_sizes"},
+        "box": {
+            "type": "array",
+            "items": {"type": "number", "minimum": 0, "maximum": 1000},
+            "anyOf": [{"minItems": 4, "maxItems": 4}, {"minItems": 8, "maxItems": 8}],
+            "description": "[x0, y0, x1, y1] or 8 corners; 0-1000, or pixels with page_sizes",
+        },
         "page": {"type": "integer", "default": 0, "minimum": 0},
     },
 }
-_KEYS = {"description": 'keys to extract: a list or "a,b,c" (default: the model\'s keys; at most max_keys)',
-         "anyOf": [{"type": "array", "items": {"type": "string", "pattern": _KEY}, "minItems": 1, "maxItems": 64,
-                    "uniqueItems": True},
-                   {"type": "string", "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]*(,[A-Za-z0-9_][A-Za-z0-9_.\- ]*)*$"}]}
-_SCHEMA = {"type": "object", "description": "a flat JSON schema (instead of keys): string properties",
-           "required": ["properties"],
-           "properties": {"properties": {"type": "object", "additionalProperties": {
-               "type": "object", "properties": {"type": {"type": "string", "enum": ["string"]},
-                                                "description": {"type": "string", "maxLength": 200},
-                                                "maxLength": {"type": "integer", "minimum": 1, "maximum": 1024}}}}}}
+_KEYS = {
+    "description": 'keys to extract: a list or "a,b,c" (default: the model\'s keys; at most max_keys)',
+    "anyOf": [
+        {
+            "type": "array",
+            "items": {"type": "string", "pattern": _KEY},
+            "minItems": 1,
+            "maxItems": 64,
+            "uniqueItems": True,
+        },
+        {"type": "string", "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]*(,[A-Za-z0-9_][A-Za-z0-9_.\- ]*)*$"},
+    ],
+}
+_SCHEMA = {
+    "type": "object",
+    "description": "a flat JSON schema (instead of keys): string properties",
+    "required": ["properties"],
+    "properties": {
+        "properties": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "enum": ["string"]},
+                    "description": {"type": "string", "maxLength": 200},
+                    "maxLength": {"type": "integer", "minimum": 1, "maximum": 1024},
+                },
+            },
+        }
+    },
+}
 _DECODE = {"type": "string", "enum": list(DECODES), "default": "pip"}
 _STEPS = {"type": "integer", "default": 0, "minimum": 0, "maximum": MAX_REFINE_STEPS}
 REQUEST_BODY = {
@@ -80,10 +106,15 @@ REQUEST_BODY = {
     "content": {
         "multipart/form-data": {
             "schema": {
-                "type": "object", "additionalProperties": False, "not": {"required": ["keys", "schema"]},
+                "type": "object",
+                "additionalProperties": False,
+                "not": {"required": ["keys", "schema"]},
                 "properties": {
-                    "file": {"type": "string", "format": "binary",
-                             "description": "image (PNG, JPEG, TIFF…), PDF, JSON words, SROIE box file or text"},
+                    "file": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "image (PNG, JPEG, TIFF…), PDF, JSON words, SROIE box file or text",
+                    },
                     "keys": {**_KEYS["anyOf"][1], "description": "comma-separated keys, e.g. company,date,total"},
                     "schema": {"type": "string", "description": "a flat JSON schema (instead of keys), as a string"},
                     "decode": _DECODE,
@@ -94,14 +125,27 @@ REQUEST_BODY = {
         },
         "application/json": {
             "schema": {
-                "type": "object", "additionalProperties": False,
-                "oneOf": [{"required": ["words"]}, {"required": ["text"]}], "not": {"required": ["keys", "schema"]},
+                "type": "object",
+                "additionalProperties": False,
+                "oneOf": [{"required": ["words"]}, {"required": ["text"]}],
+                "not": {"required": ["keys", "schema"]},
                 "properties": {
-                    "words": {"type": "array", "items": _WORD, "minItems": 1,
-                              "description": "OCR words (give words or text; at most max_words)"},
-                    "page_sizes": {"type": "array", "items": {"type": "array", "items": {"type": "integer", "minimum": 1},
-                                                              "minItems": 2, "maxItems": 2},
-                                   "description": "[[w, h], ...] pixels; without it boxes are 0-1000"},
+                    "words": {
+                        "type": "array",
+                        "items": _WORD,
+                        "minItems": 1,
+                        "description": "OCR words (give words or text; at most max_words)",
+                    },
+                    "page_sizes": {
+                        "type": "array",
+                        "items": {
+                            "type": "array",
+                            "items": {"type": "integer", "minimum": 1},
+                            "minItems": 2,
+                            "maxItems": 2,
+                        },
+                        "description": "[[w, h], ...] pixels; without it boxes are 0-1000",
+                    },
                     "normalized": {"type": "boolean", "default": False},
                     "text": {"type": "string", "pattern": r"\S", "description": "plain text (give words or text)"},
                     "keys": _KEYS,
@@ -111,40 +155,71 @@ REQUEST_BODY = {
                     "id": {"type": "string", "maxLength": 200},
                 },
             },
-            "example": {"words": [{"text": "TOTAL", "box": [100, 800, 200, 820]},
-                                  {"text": "9.90", "box": [700, 800, 780, 820]}],
-                        "keys": ["total"], "decode": "pip"},
+            "example": {
+                "words": [
+                    {"text": "TOTAL", "box": [100, 800, 200, 820]},
+                    {"text": "9.90", "box": [700, 800, 780, 820]},
+                ],
+                "keys": ["total"],
+                "decode": "pip",
+            },
         },
     },
 }
-TIMEOUT_PARAMETER = {"name": "X-Request-Timeout", "in": "header", "required": False,
-                     "schema": {"type": "number", "minimum": 1, "maximum": 300},
-                     "description": "this request's deadline in seconds (default, least and most: GET /health "
-                                    "limits request_timeout_s, min_request_timeout_s, max_request_timeout_s)"}
-ERRORS = {code: {"model": ErrorOut, "description": text} for code, text in {
-    400: "malformed body",
-    413: "body, pages, pixels or words over the limit", 415: "unsupported content or file type",
-    422: "bad keys, schema, decode or document", 500: "internal error (quote the request id)",
-    503: "overloaded or shutting down (see Retry-After), or OCR unavailable",
-    504: "no answer within the deadline"}.items()}
-METRICS_RESPONSE = {200: {"description": "Prometheus text exposition format",
-                          "content": {"text/plain": {"schema": {"type": "string"}}}}}
+TIMEOUT_PARAMETER = {
+    "name": "X-Request-Timeout",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "number", "minimum": 1, "maximum": 300},
+    "description": "this request's deadline in seconds (default, least and most: GET /health "
+    "limits request_timeout_s, min_request_timeout_s, max_request_timeout_s)",
+}
+ERRORS = {
+    code: {"model": ErrorOut, "description": text}
+    for code, text in {
+        400: "malformed body",
+        413: "body, pages, pixels or words over the limit",
+        415: "unsupported content or file type",
+        422: "bad keys, schema, decode or document",
+        500: "internal error (quote the request id)",
+        503: "overloaded or shutting down (see Retry-After), or OCR unavailable",
+        504: "no answer within the deadline",
+    }.items()
+}
+METRICS_RESPONSE = {
+    200: {"description": "Prometheus text exposition format", "content": {"text/plain": {"schema": {"type": "string"}}}}
+}
 RENDER_BODY = {
     "required": True,
-    "content": {"multipart/form-data": {"schema": {
-        "type": "object", "additionalProperties": False, "required": ["file"],
-        "properties": {
-            "file": {"type": "string", "format": "binary",
-                     "description": "the document sent to POST /extract: image, PDF, JSON words or SROIE box file"},
-            "page": {"type": "integer", "minimum": 0, "default": 0, "description": "the page, 0 the first"},
-        },
-    }}},
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["file"],
+                "properties": {
+                    "file": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "the document sent to POST /extract: image, PDF, JSON words or SROIE box file",
+                    },
+                    "page": {"type": "integer", "minimum": 0, "default": 0, "description": "the page, 0 the first"},
+                },
+            }
+        }
+    },
 }
 RENDER_RESPONSES = {
-    200: {"description": "the page as the service read it, a PNG at most 1600 pixels on its longest side",
-          "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
-          "headers": {"X-Page-Count": {"description": "how many pages the document has",
-                                       "schema": {"type": "integer", "minimum": 1}}}},
+    200: {
+        "description": "the page as the service read it, a PNG at most 1600 pixels on its longest side",
+        "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+        "headers": {
+            "X-Page-Count": {
+                "description": "how many pages the document has",
+                "schema": {"type": "integer", "minimum": 1},
+            }
+        },
+    },
     **{code: answer for code, answer in ERRORS.items() if code != 422},
     422: {"model": ErrorOut, "description": "bad page number, unreadable document, or plain text (no page image)"},
 }

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fastapi import Request
 from starlette.exceptions import HTTPException  # what Request.form() raises
@@ -168,8 +169,11 @@ def parse_keys(keys: Any, schema: Any, max_keys: int, default: list[str]) -> Key
     if len(ks) > max_keys:
         raise invalid(f"{len(ks)} keys given (at most {max_keys})", "invalid_keys")
     if ks.groups:
-        raise invalid(f"lists of items ({', '.join(ks.group_names)}) are not served yet: extract them with "
-                      "`pipkie extract` or the Python API", "invalid_keys")
+        raise invalid(
+            f"lists of items ({', '.join(ks.group_names)}) are not served yet: extract them with "
+            "`pipkie extract` or the Python API",
+            "invalid_keys",
+        )
     return ks
 
 
@@ -204,8 +208,12 @@ async def parse_extract(request: Request, settings: ServeSettings, default_keys:
     """Read and check a POST /extract request (multipart upload or JSON words/text)."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype not in ("multipart/form-data", "application/json"):
-        raise ApiError(415, "unsupported_media_type", f"unsupported content type {ctype[:100] or 'none'!r}: send "
-                       "multipart/form-data (a file) or application/json (words or text)")
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"unsupported content type {ctype[:100] or 'none'!r}: send "
+            "multipart/form-data (a file) or application/json (words or text)",
+        )
     multipart = ctype == "multipart/form-data"
     limit = settings.max_body_bytes + (ENVELOPE_BYTES if multipart else 0)
     body = await read_body(request, limit, settings.max_upload_mb)
@@ -217,8 +225,9 @@ async def parse_extract(request: Request, settings: ServeSettings, default_keys:
 
 async def _from_form(request: Request, body: bytes, settings: ServeSettings):
     try:
-        form = await Request(request.scope, replay(body)).form(max_files=1, max_fields=len(FORM_FIELDS),
-                                                                max_part_size=1024 * 1024)
+        form = await Request(request.scope, replay(body)).form(
+            max_files=1, max_fields=len(FORM_FIELDS), max_part_size=1024 * 1024
+        )
     except HTTPException as e:
         raise ApiError(400, "malformed_body", f"malformed multipart body: {e.detail}") from None
     except Exception:  # the multipart parser's own errors: the body's fault
@@ -241,8 +250,11 @@ async def _from_form(request: Request, body: bytes, settings: ServeSettings):
             return "text", "parse", _text_loader(text, None, settings), spec
         ctype = (upload.content_type or "").split(";")[0].strip().lower()
         if ctype and not ctype.startswith(UPLOAD_TYPES):
-            raise ApiError(415, "unsupported_media_type",
-                           f"unsupported content type {ctype[:100]!r}: send an image, a PDF, JSON words or text")
+            raise ApiError(
+                415,
+                "unsupported_media_type",
+                f"unsupported content type {ctype[:100]!r}: send an image, a PDF, JSON words or text",
+            )
         data = await upload.read()
         if len(data) > settings.max_body_bytes:
             raise ApiError(413, "body_too_large", f"upload too large: the limit is {settings.max_upload_mb:g} MB")
@@ -255,9 +267,18 @@ async def _from_form(request: Request, body: bytes, settings: ServeSettings):
             raise document_error(e) from None
 
         def load(cancel: threading.Event) -> Document:
-            return load_document(data, filename=name, content_type=ctype or None, ocr=settings.ocr,
-                                 threads=settings.threads, max_pages=settings.max_pages,
-                                 max_pixels=settings.max_pixels, max_words=settings.max_words, cancel=cancel)
+            return load_document(
+                data,
+                filename=name,
+                content_type=ctype or None,
+                ocr=settings.ocr,
+                threads=settings.threads,
+                max_pages=settings.max_pages,
+                max_pixels=settings.max_pixels,
+                max_words=settings.max_words,
+                cancel=cancel,
+            )
+
         return name, kind, load, spec
     finally:
         await form.close()
@@ -312,4 +333,5 @@ async def _from_json(body: bytes, settings: ServeSettings):
 
     def load(cancel: threading.Event) -> Document:
         return words_document(payload, Path(name).stem, name, settings.max_words, settings.max_pages)
+
     return name, "parse", load, spec

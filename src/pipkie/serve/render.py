@@ -63,8 +63,12 @@ async def parse_render(request: Request, settings: ServeSettings) -> Upload:
     """The multipart form of POST /render: `file` (required) and `page` (an integer, default 0)."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype != "multipart/form-data":
-        raise ApiError(415, "unsupported_media_type", f"unsupported content type {ctype[:100] or 'none'!r}: "
-                       "send multipart/form-data with the document as the form field 'file'")
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"unsupported content type {ctype[:100] or 'none'!r}: "
+            "send multipart/form-data with the document as the form field 'file'",
+        )
     body = await read_body(request, settings.max_body_bytes + ENVELOPE_BYTES, settings.max_upload_mb)
     try:
         form = await Request(request.scope, replay(body)).form(max_files=1, max_fields=2, max_part_size=1024 * 1024)
@@ -81,8 +85,11 @@ async def parse_render(request: Request, settings: ServeSettings) -> Upload:
             raise invalid("page must be a page number: 0, 1, 2, ... (0 is the first page)")
         file_type = (upload.content_type or "").split(";")[0].strip().lower()
         if file_type and not file_type.startswith(UPLOAD_TYPES):
-            raise ApiError(415, "unsupported_media_type",
-                           f"unsupported content type {file_type[:100]!r}: send an image, a PDF or JSON words")
+            raise ApiError(
+                415,
+                "unsupported_media_type",
+                f"unsupported content type {file_type[:100]!r}: send an image, a PDF or JSON words",
+            )
         data = await upload.read()
     finally:
         await form.close()
@@ -122,11 +129,15 @@ def _check_page(upload: Upload, pages: int, settings: ServeSettings) -> None:
     if pages == 0:
         raise DocumentError(upload.name, "document has no pages", code="empty_document")
     if pages > settings.max_pages:
-        raise LimitExceeded(upload.name, f"{pages} pages, more than the limit of {settings.max_pages}",
-                            code="too_many_pages")
+        raise LimitExceeded(
+            upload.name, f"{pages} pages, more than the limit of {settings.max_pages}", code="too_many_pages"
+        )
     if upload.page >= pages:
-        raise DocumentError(upload.name, f"there is no page {upload.page}: the document has {pages} "
-                            f"page{'s' if pages > 1 else ''} (0 is the first)", code="page_out_of_range")
+        raise DocumentError(
+            upload.name,
+            f"there is no page {upload.page}: the document has {pages} page{'s' if pages > 1 else ''} (0 is the first)",
+            code="page_out_of_range",
+        )
 
 
 def _image_page(upload: Upload, settings: ServeSettings) -> tuple[Image.Image, int]:
@@ -160,11 +171,17 @@ def _pdf_page(upload: Upload, settings: ServeSettings) -> tuple[Image.Image, int
 
 
 def _words_page(upload: Upload, settings: ServeSettings) -> tuple[Image.Image, int]:
-    doc = load_document(upload.data, filename=upload.name, content_type=upload.content_type,
-                        max_pages=settings.max_pages, max_words=settings.max_words)
+    doc = load_document(
+        upload.data,
+        filename=upload.name,
+        content_type=upload.content_type,
+        max_pages=settings.max_pages,
+        max_words=settings.max_words,
+    )
     if not doc.words:
-        raise DocumentError(upload.name, "a plain-text document has no page to show (only its fields)",
-                            code="no_page_image")
+        raise DocumentError(
+            upload.name, "a plain-text document has no page to show (only its fields)", code="no_page_image"
+        )
     pages = max(len(doc.page_sizes), 1 + max(w.page for w in doc.words))
     _check_page(upload, pages, settings)
     w, h = doc.page_sizes[upload.page] if upload.page < len(doc.page_sizes) else WORDS_PAGE
@@ -175,8 +192,12 @@ def _words_page(upload: Upload, settings: ServeSettings) -> tuple[Image.Image, i
     for word in doc.words:
         if word.page != upload.page:
             continue
-        x0, y0, x1, y1 = (word.box[0] * size[0] / 1000, word.box[1] * size[1] / 1000,
-                          word.box[2] * size[0] / 1000, word.box[3] * size[1] / 1000)
+        x0, y0, x1, y1 = (
+            word.box[0] * size[0] / 1000,
+            word.box[1] * size[1] / 1000,
+            word.box[2] * size[0] / 1000,
+            word.box[3] * size[1] / 1000,
+        )
         draw.rectangle((x0, y0, x1, y1), outline=(210, 214, 220))
         font = ImageFont.load_default(size=max(6, min(48, round((y1 - y0) * 0.8))))
         width = draw.textlength(word.text, font=font)

@@ -16,7 +16,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from pipkie.serve.openapi import (
-    ERRORS, METRICS_RESPONSE, RENDER_BODY, RENDER_RESPONSES, REQUEST_BODY, TIMEOUT_PARAMETER, ExtractionOut, HealthOut,
+    ERRORS,
+    METRICS_RESPONSE,
+    RENDER_BODY,
+    RENDER_RESPONSES,
+    REQUEST_BODY,
+    TIMEOUT_PARAMETER,
+    ExtractionOut,
+    HealthOut,
 )
 from pipkie.serve.parsing import DECODES
 from pipkie.serve.render import PAGE_COUNT_HEADER
@@ -41,8 +48,13 @@ async def health(request: Request):
         "keys": list(ex.settings.keys or []) if ex is not None else [],
         "decodes": list(DECODES),
         "limits": svc.settings.public(),
-        "batching": {**svc.batcher.stats, "queued": svc.batcher.queued, "active": svc.active,
-                     "estimated_wait_s": round(svc.batcher.estimated_wait(), 3), **svc.counts},
+        "batching": {
+            **svc.batcher.stats,
+            "queued": svc.batcher.queued,
+            "active": svc.active,
+            "estimated_wait_s": round(svc.batcher.estimated_wait(), 3),
+            **svc.counts,
+        },
     }
 
 
@@ -53,18 +65,27 @@ async def metrics(request: Request):
     return Response(m.render(), media_type=m.content_type)
 
 
-@router.post("/extract", response_model=ExtractionOut, responses=ERRORS,
-             openapi_extra={"requestBody": REQUEST_BODY, "parameters": [TIMEOUT_PARAMETER]})
+@router.post(
+    "/extract",
+    response_model=ExtractionOut,
+    responses=ERRORS,
+    openapi_extra={"requestBody": REQUEST_BODY, "parameters": [TIMEOUT_PARAMETER]},
+)
 async def extract(request: Request):
     """Extract key fields from one document (an upload or JSON words/text); see the request schemas."""
     return JSONResponse(await service(request).handle(request))
 
 
-@router.post("/render", response_class=Response, responses=RENDER_RESPONSES,
-             openapi_extra={"requestBody": RENDER_BODY, "parameters": [TIMEOUT_PARAMETER]})
+@router.post(
+    "/render",
+    response_class=Response,
+    responses=RENDER_RESPONSES,
+    openapi_extra={"requestBody": RENDER_BODY, "parameters": [TIMEOUT_PARAMETER]},
+)
 async def render(request: Request):
     """One page of a document as a PNG: the page its extraction's boxes are relative to (an image
     EXIF-upright, a PDF page, JSON words written on a page)."""
     page = await service(request).render_page(request)
-    return Response(page.png, media_type="image/png",
-                    headers={PAGE_COUNT_HEADER: str(page.pages), "Cache-Control": "no-store"})
+    return Response(
+        page.png, media_type="image/png", headers={PAGE_COUNT_HEADER: str(page.pages), "Cache-Control": "no-store"}
+    )

@@ -32,24 +32,31 @@ from concurrent.futures import ThreadPoolExecutor
 from fastapi import Request
 
 from pipkie.decoding import DECODERS
-from pipkie.serve.batcher import Batcher, DeadlineExceeded, QueueFull, RunningMean, ShuttingDown
 from pipkie.io.document import Document
 from pipkie.io.loaders import DocumentError, LoadCancelled
 from pipkie.io.ocr import OCREngineError
+from pipkie.model.template import DocumentTooLong
 from pipkie.schema import KeySchema, SchemaError
+from pipkie.serve.batcher import Batcher, DeadlineExceeded, QueueFull, RunningMean, ShuttingDown
 from pipkie.serve.errors import ApiError, request_id
 from pipkie.serve.parsing import ExtractRequest, document_error, parse_extract, request_timeout
 from pipkie.serve.render import PageImage, parse_render, render
 from pipkie.serve.settings import ServeSettings
 from pipkie.serve.telemetry import Metrics
-from pipkie.model.template import DocumentTooLong
 
 log = logging.getLogger("pipkie.serve")
 ADMISSION_MARGIN = 1.2  # estimates are running means: admit only what fits with this much to spare
 
-WARMUP_TEXT = "\n".join(["ACME TRADING SDN BHD", "NO 7 JALAN MAIN, 54200 KUALA LUMPUR", "TEL 03-1234 5678",
-                         "INVOICE 4711 DATE 12/03/2019 10:24"] + [f"ITEM {i} 2 X 3.50 7.00" for i in range(24)]
-                        + ["SUBTOTAL 168.00", "TAX 0.00", "TOTAL RM 168.00", "CASH 200.00 CHANGE 32.00", "THANK YOU"])
+WARMUP_TEXT = "\n".join(
+    [
+        "ACME TRADING SDN BHD",
+        "NO 7 JALAN MAIN, 54200 KUALA LUMPUR",
+        "TEL 03-1234 5678",
+        "INVOICE 4711 DATE 12/03/2019 10:24",
+    ]
+    + [f"ITEM {i} 2 X 3.50 7.00" for i in range(24)]
+    + ["SUBTOTAL 168.00", "TAX 0.00", "TOTAL RM 168.00", "CASH 200.00 CHANGE 32.00", "THANK YOU"]
+)
 
 
 def _client_error(e: Exception) -> ApiError | None:
@@ -69,8 +76,13 @@ class Service:
     def __init__(self, settings: ServeSettings, extractor=None):
         self.settings, self.metrics = settings, Metrics()
         self._extractor, self._lock = extractor, threading.Lock()
-        self.batcher = Batcher(self.get_extractor, settings.max_batch, settings.max_wait_ms, settings.max_queue,
-                               on_call=self.metrics.model_call)
+        self.batcher = Batcher(
+            self.get_extractor,
+            settings.max_batch,
+            settings.max_wait_ms,
+            settings.max_queue,
+            on_call=self.metrics.model_call,
+        )
         self.load_seconds = {"ocr": RunningMean(settings.ocr_seconds), "parse": RunningMean(0.01)}
         self.loading = {"ocr": 0, "parse": 0}
         self.load_measured = {"ocr": 0, "parse": 0}  # loads timed so far, per kind
@@ -80,8 +92,12 @@ class Service:
         self._pool: ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # the running app's loop (set by start)
         self.counts = {"requests": 0, "errors": 0}
-        self.metrics.bind(lambda: self.batcher.queued, lambda: sum(self.loading.values()), lambda: self.active,
-                          self.batcher.estimated_wait)
+        self.metrics.bind(
+            lambda: self.batcher.queued,
+            lambda: sum(self.loading.values()),
+            lambda: self.active,
+            self.batcher.estimated_wait,
+        )
 
     # ---- lifecycle ------------------------------------------------------------------------------
     @property
@@ -150,8 +166,8 @@ class Service:
         """Seconds a request of `kind` admitted now should take: the loads ahead of it, its own,
         then the model behind every queued job and every document still loading; times
         ADMISSION_MARGIN, since a late refusal (after loading) is worse than an early one."""
-        ahead = sum(n * (self.load_seconds[k].value or 0.0) for k, n in self.loading.items())
-        own = self.load_seconds[kind].value or 0.0
+        ahead = sum(n * (self.load_seconds[k].upper or 0.0) for k, n in self.loading.items())
+        own = self.load_seconds[kind].upper or 0.0
         coming = sum(self.loading.values())
         return ADMISSION_MARGIN * (ahead / self.settings.load_workers + own + self.batcher.estimated_wait(coming))
 
@@ -162,12 +178,17 @@ class Service:
 
     def _overloaded(self, wait: float, remaining: float, why: str) -> ApiError:
         retry = max(1, math.ceil(wait - max(0.0, remaining)))
-        return ApiError(503, "overloaded", f"the service is busy ({why}); retry after {retry} s",
-                        {"Retry-After": str(retry)})
+        return ApiError(
+            503, "overloaded", f"the service is busy ({why}); retry after {retry} s", {"Retry-After": str(retry)}
+        )
 
     def _shutting_down(self) -> ApiError:
-        return ApiError(503, "shutting_down", "the service is shutting down; retry on another instance or later",
-                        {"Retry-After": "5"})
+        return ApiError(
+            503,
+            "shutting_down",
+            "the service is shutting down; retry on another instance or later",
+            {"Retry-After": "5"},
+        )
 
     # ---- one request ----------------------------------------------------------------------------
     async def handle(self, request: Request) -> dict:
@@ -191,8 +212,9 @@ class Service:
         timeout = request_timeout(request, self.settings)
         deadline = loop.time() + timeout
         if self.active >= self.settings.max_queue:  # before reading the body: bounded memory
-            raise self._overloaded(self.estimate("parse"), timeout,
-                                   f"{self.settings.max_queue} requests are already in progress")
+            raise self._overloaded(
+                self.estimate("parse"), timeout, f"{self.settings.max_queue} requests are already in progress"
+            )
         self.active += 1
         body_read = asyncio.Event()
         try:
@@ -208,15 +230,16 @@ class Service:
             raise self._shutting_down()
         timeout = request_timeout(request, self.settings)
         if self.active >= self.settings.max_queue:
-            raise self._overloaded(self.estimate("parse"), timeout,
-                                   f"{self.settings.max_queue} requests are already in progress")
+            raise self._overloaded(
+                self.estimate("parse"), timeout, f"{self.settings.max_queue} requests are already in progress"
+            )
         self.active += 1
         try:
             upload = await parse_render(request, self.settings)
             job = asyncio.get_running_loop().run_in_executor(self.pool(), render, upload, self.settings)
             try:
                 return await asyncio.wait_for(job, timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise ApiError(504, "timeout", f"the page was not drawn within the deadline of {timeout:g} s") from None
         finally:
             self.active -= 1
@@ -227,14 +250,21 @@ class Service:
             parsed = await parse_extract(request, self.settings, self.default_keys())
         finally:
             body_read.set()  # from here on, receive() only reports a disconnect
-        if DECODERS[parsed.decode].objective == "pip" and getattr(self.get_extractor().settings, "objective", "pip") == "ar":
+        if (
+            DECODERS[parsed.decode].objective == "pip"
+            and getattr(self.get_extractor().settings, "objective", "pip") == "ar"
+        ):
             raise ApiError(422, "decode_unavailable", "this model is an AR model: ask for decode ar-free or ar-forced")
         wait, remaining = self.estimate(parsed.kind), deadline - loop.time()
         alone = (self.load_seconds[parsed.kind].value or 0.0) + (self.batcher.seconds_per_doc.value or 0.0)
         if alone > remaining:  # not even an idle service could: the deadline is the problem, not the load
-            raise ApiError(422, "deadline_too_short", f"this request needs about {alone:.1f} s even on an idle "
-                           f"service, more than its deadline allows ({remaining:.1f} s left): send a longer "
-                           "X-Request-Timeout")
+            raise ApiError(
+                422,
+                "deadline_too_short",
+                f"this request needs about {alone:.1f} s even on an idle "
+                f"service, more than its deadline allows ({remaining:.1f} s left): send a longer "
+                "X-Request-Timeout",
+            )
         if wait > remaining:
             raise self._overloaded(wait, remaining, f"estimated {wait:.1f} s, the deadline is in {remaining:.1f} s")
         if self._unmeasured(parsed.kind):
@@ -263,7 +293,9 @@ class Service:
             answer = _client_error(e)
             if answer is None:
                 log.error("request %s: extraction failed", request_id(request), exc_info=e)
-                raise ApiError(500, "internal_error", "extraction failed; quote the request id to the operator") from None
+                raise ApiError(
+                    500, "internal_error", "extraction failed; quote the request id to the operator"
+                ) from None
             raise answer from None
 
     async def _load(self, parsed: ExtractRequest, cancel: threading.Event, request: Request) -> Document:
@@ -281,10 +313,15 @@ class Service:
         except OCREngineError as e:
             log.error("request %s: OCR engine error", request_id(request), exc_info=e)
             if e.unavailable:
-                raise ApiError(503, "ocr_unavailable", "the OCR engine is unavailable; send words or text instead",
-                               {"Retry-After": "60"}) from None
-            raise ApiError(500, "internal_error", "the OCR engine failed; quote the request id to the operator") \
-                from None
+                raise ApiError(
+                    503,
+                    "ocr_unavailable",
+                    "the OCR engine is unavailable; send words or text instead",
+                    {"Retry-After": "60"},
+                ) from None
+            raise ApiError(
+                500, "internal_error", "the OCR engine failed; quote the request id to the operator"
+            ) from None
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the loaders turn the input's faults into DocumentError; this is a decoder's
@@ -306,8 +343,9 @@ class Service:
         if self._closing is not None:
             watchers[asyncio.ensure_future(self._closing.wait())] = "closing"
         try:
-            done, _ = await asyncio.wait({task, *watchers}, timeout=max(0.0, deadline - loop.time()),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {task, *watchers}, timeout=max(0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED
+            )
             if task in done:
                 return task.result()
             task.cancel()

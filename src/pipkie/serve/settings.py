@@ -13,7 +13,8 @@ class does, without the extra dependency: values are strings validated by pydant
 from __future__ import annotations
 
 import os
-from typing import Literal, Mapping
+from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -56,7 +57,7 @@ class ServeSettings(BaseModel):
         return self.model_dump(exclude={"model", "threads", "ocr", "load_workers", "warmup", "ocr_seconds"})
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> "ServeSettings":
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> ServeSettings:
         """Defaults, then `PIPKIE_<FIELD>` variables of `env` (os.environ), then `overrides` that
         are not None. ValueError naming the variable or option if a value is invalid."""
         env = os.environ if env is None else env
@@ -75,6 +76,5 @@ class ServeSettings(BaseModel):
         try:
             return cls(**values)
         except ValidationError as e:
-            problems = "; ".join(f"{source.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}"
-                                 for err in e.errors())
+            problems = "; ".join(f"{source.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}" for err in e.errors())
             raise ValueError(f"invalid serve settings: {problems}") from None

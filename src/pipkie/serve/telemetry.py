@@ -15,14 +15,28 @@ Each app has its own registry (two apps in one process, as in tests, do not shar
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest,
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
 )
 
-REJECTIONS = {"overloaded", "shutting_down", "timeout", "client_closed_request", "body_too_large", "too_many_pages",
-              "too_many_pixels", "too_many_words"}
+REJECTIONS = {
+    "overloaded",
+    "shutting_down",
+    "timeout",
+    "client_closed_request",
+    "body_too_large",
+    "too_many_pages",
+    "too_many_pixels",
+    "too_many_words",
+}
 
 
 class Metrics:
@@ -34,21 +48,36 @@ class Metrics:
         self.queue_depth = Gauge("pipkie_queue_depth", "jobs waiting for the model", registry=r)
         self.loading = Gauge("pipkie_loading", "documents being loaded or OCR'd", registry=r)
         self.active = Gauge("pipkie_active_requests", "requests admitted and not answered yet", registry=r)
-        self.estimated_wait = Gauge("pipkie_estimated_wait_seconds", "model wait of a request arriving now",
-                                    registry=r)
-        self.batch_size = Histogram("pipkie_batch_size", "documents per model call", registry=r,
-                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128))
-        self.call_seconds = Histogram("pipkie_model_call_seconds", "seconds per model call", registry=r,
-                                      buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64))
+        self.estimated_wait = Gauge("pipkie_estimated_wait_seconds", "model wait of a request arriving now", registry=r)
+        self.batch_size = Histogram(
+            "pipkie_batch_size", "documents per model call", registry=r, buckets=(1, 2, 4, 8, 16, 32, 64, 128)
+        )
+        self.call_seconds = Histogram(
+            "pipkie_model_call_seconds",
+            "seconds per model call",
+            registry=r,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64),
+        )
         self.call_failures = Counter("pipkie_model_call_failures", "model calls that raised", registry=r)
-        self.request_seconds = Histogram("pipkie_request_seconds", "POST /extract latency", ["status"], registry=r,
-                                         buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300))
+        self.request_seconds = Histogram(
+            "pipkie_request_seconds",
+            "POST /extract latency",
+            ["status"],
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300),
+        )
         self.responses = Counter("pipkie_responses", "answers by status and code", ["status", "code"], registry=r)
-        self.rejections = Counter("pipkie_rejections", "requests refused or abandoned, by reason", ["reason"],
-                                  registry=r)
+        self.rejections = Counter(
+            "pipkie_rejections", "requests refused or abandoned, by reason", ["reason"], registry=r
+        )
 
-    def bind(self, queue_depth: Callable[[], float], loading: Callable[[], float], active: Callable[[], float],
-             estimated_wait: Callable[[], float]) -> None:
+    def bind(
+        self,
+        queue_depth: Callable[[], float],
+        loading: Callable[[], float],
+        active: Callable[[], float],
+        estimated_wait: Callable[[], float],
+    ) -> None:
         """Gauges read at scrape time from the service's state."""
         self.queue_depth.set_function(queue_depth)
         self.loading.set_function(loading)

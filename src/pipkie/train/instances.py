@@ -29,12 +29,22 @@ import torch
 
 from pipkie.model.attention import GROUP_BLOCK
 from pipkie.model.copyhead import FieldSpan
-from pipkie.schema import Key, KeySchema
 from pipkie.model.template import IGNORE, TemplateBuilder
+from pipkie.schema import Key, KeySchema
 
 # Keys no receipt or form in our data has: trained to answer `unknown`.
-ABSENT_KEYS = ("passport_number", "flight_number", "vehicle_plate", "patient_name", "iban", "policy_number",
-               "blood_type", "course_code", "shipping_container", "vin")
+ABSENT_KEYS = (
+    "passport_number",
+    "flight_number",
+    "vehicle_plate",
+    "patient_name",
+    "iban",
+    "policy_number",
+    "blood_type",
+    "course_code",
+    "shipping_container",
+    "vin",
+)
 
 
 @dataclass
@@ -59,8 +69,16 @@ def random_schemas(keys: list[str], rng: random.Random, n: int, key_dropout: flo
     return out
 
 
-def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list[KeySchema], *,
-                objective: str, rng: random.Random, reveal: float = 0.0) -> Instance:
+def kv_instance(
+    builder: TemplateBuilder,
+    text: str,
+    values: dict,
+    schemas: list[KeySchema],
+    *,
+    objective: str,
+    rng: random.Random,
+    reveal: float = 0.0,
+) -> Instance:
     """Document prefix + one answer block per schema (PIP masks or AR answers)."""
     reserved = max((builder.template_length(s) if objective == "pip" else builder.ar_reserved(s)) for s in schemas)
     fit = builder.fit(text, reserved, answer=objective == "pip")
@@ -69,7 +87,7 @@ def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list
     if builder.copy and objective == "pip":  # (never from the cut marker of a document cut to fit)
         inst.stream = builder.copy_stream(prefix, *builder.document_span(n), seam=fit.seam)
     next_block, next_group = 1, 0  # flat blocks count from 1, group blocks from GROUP_BLOCK + 1
-    for b, schema in enumerate(schemas, start=1):
+    for _b, schema in enumerate(schemas, start=1):
         if objective == "pip":
             ids, slots, targets, blocks = builder.pip_block(schema, values, offset=len(inst.ids))
             blocks = [x + next_group if x > GROUP_BLOCK else next_block - 1 + x for x in blocks]
@@ -96,8 +114,9 @@ def kv_instance(builder: TemplateBuilder, text: str, values: dict, schemas: list
     return inst
 
 
-def mask_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, ratio: tuple[float, float],
-                  max_block: int = 128) -> Instance:
+def mask_instance(
+    builder: TemplateBuilder, text: str, *, rng: random.Random, ratio: tuple[float, float], max_block: int = 128
+) -> Instance:
     """Stage 1: reconstruct a masked tail of the document from its causal head."""
     ids = builder.instruction_ids + builder.document_ids(text)[: builder.max_length - len(builder.instruction_ids) - 1]
     tail = min(max_block, max(4, len(ids) // 3))
@@ -116,8 +135,15 @@ def mask_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, ra
     )
 
 
-def copy_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, blocks: int = 4,
-                  key_words: tuple[int, int] = (1, 4), max_value: int = 24) -> Instance:
+def copy_instance(
+    builder: TemplateBuilder,
+    text: str,
+    *,
+    rng: random.Random,
+    blocks: int = 4,
+    key_words: tuple[int, int] = (1, 4),
+    max_value: int = 24,
+) -> Instance:
     """Stage 1, span copy: `"\\n" <words before the span> ":"` + slots → the span's tokens."""
     words = text.split()
     spans = []
@@ -126,8 +152,8 @@ def copy_instance(builder: TemplateBuilder, text: str, *, rng: random.Random, bl
             break
         k = rng.randint(*key_words)
         i = rng.randrange(1, max(2, len(words) - 1))
-        key = " ".join(words[max(0, i - k): i]).replace(":", " ")
-        value = " ".join(words[i: i + rng.randint(1, 8)])
+        key = " ".join(words[max(0, i - k) : i]).replace(":", " ")
+        value = " ".join(words[i : i + rng.randint(1, 8)])
         spans.append((key[:60] or "start", value))
     values = {f"k{j}": v for j, (_, v) in enumerate(spans)}
     budget = max([len(builder.value_ids(v, max_value)) + 1 for v in values.values()] + [2])
@@ -172,7 +198,15 @@ def collate(instances: list[Instance], pad_id: int, *, end_id: int = -1, multipl
     batch = dict(input_ids=ids, position_ids=pos, block_ids=block, attention_mask=attn, keep=keep, targets=tgt[keep])
     if any(x.fields for x in instances):
         batch["copy_fields"] = [
-            FieldSpan(row=i, slots=torch.tensor(f), stream=torch.tensor(x.stream), end_id=end_id,
-                      stream_ids=torch.tensor([x.ids[p] for p in x.stream]), targets=torch.tensor([x.targets[p] for p in f]))
-            for i, x in enumerate(instances) for f in x.fields]
+            FieldSpan(
+                row=i,
+                slots=torch.tensor(f),
+                stream=torch.tensor(x.stream),
+                end_id=end_id,
+                stream_ids=torch.tensor([x.ids[p] for p in x.stream]),
+                targets=torch.tensor([x.targets[p] for p in f]),
+            )
+            for i, x in enumerate(instances)
+            for f in x.fields
+        ]
     return batch

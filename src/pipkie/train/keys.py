@@ -20,11 +20,28 @@ from pipkie.schema import Key, KeySchema
 from pipkie.train.instances import ABSENT_KEYS
 
 ALIASES: dict[str, tuple[str, ...]] = {
-    "store_name": ("company", "store_name", "store name", "merchant", "merchant name", "vendor", "shop name",
-                   "business name", "seller", "store"),
+    "store_name": (
+        "company",
+        "store_name",
+        "store name",
+        "merchant",
+        "merchant name",
+        "vendor",
+        "shop name",
+        "business name",
+        "seller",
+        "store",
+    ),
     "company": ("company", "company name", "store name", "merchant", "vendor", "seller", "business name"),
-    "store_addr": ("address", "store_addr", "store address", "merchant address", "shop address", "location",
-                   "business address"),
+    "store_addr": (
+        "address",
+        "store_addr",
+        "store address",
+        "merchant address",
+        "shop address",
+        "location",
+        "business address",
+    ),
     "address": ("address", "store address", "company address", "merchant address", "seller address"),
     "tel": ("tel", "phone", "telephone", "phone number", "tel no", "contact number", "store phone"),
     "date": ("date", "purchase date", "transaction date", "receipt date", "date of purchase", "txn date"),
@@ -34,8 +51,15 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "tips": ("tips", "tip", "gratuity", "tip amount"),
     "discount": ("discount", "savings", "coupon", "discount amount"),
     "total": ("total", "total amount", "amount paid", "grand total", "amount due", "total paid", "total price"),
-    "receipt_number": ("receipt number", "receipt no", "transaction number", "bill number", "check number",
-                       "order number", "ticket number"),
+    "receipt_number": (
+        "receipt number",
+        "receipt no",
+        "transaction number",
+        "bill number",
+        "check number",
+        "order number",
+        "ticket number",
+    ),
     "cashier": ("cashier", "server", "cashier name", "served by", "clerk"),
     "payment_method": ("payment method", "payment type", "paid by", "card type", "tender type"),
     "card_last4": ("card last digits", "last 4 digits", "card number", "card last4"),
@@ -83,10 +107,30 @@ DESCRIPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 BUDGETS: dict[str, int] = {
-    "store_name": 24, "company": 24, "store_addr": 64, "address": 64, "vendor_address": 48, "customer_address": 48,
-    "vendor": 24, "customer": 24, "party": 48, "tel": 16, "vendor_tel": 16, "date": 16, "invoice_date": 16,
-    "due_date": 16, "effective_date": 16, "time": 12, "term": 16, "jurisdiction": 12, "receipt_number": 16,
-    "invoice_number": 16, "vat_id": 16, "cashier": 12, "payment_method": 12, "card_last4": 8,
+    "store_name": 24,
+    "company": 24,
+    "store_addr": 64,
+    "address": 64,
+    "vendor_address": 48,
+    "customer_address": 48,
+    "vendor": 24,
+    "customer": 24,
+    "party": 48,
+    "tel": 16,
+    "vendor_tel": 16,
+    "date": 16,
+    "invoice_date": 16,
+    "due_date": 16,
+    "effective_date": 16,
+    "time": 12,
+    "term": 16,
+    "jurisdiction": 12,
+    "receipt_number": 16,
+    "invoice_number": 16,
+    "vat_id": 16,
+    "cashier": 12,
+    "payment_method": 12,
+    "card_last4": 8,
 }
 DEFAULT_BUDGET = 16
 MAX_BUDGET = 64
@@ -119,9 +163,19 @@ def surface(canonical: str, rng: random.Random, variation: float) -> str:
     return styled(rng.choice(ALIASES[canonical]), rng)
 
 
-def sample_schemas(fields: dict[str, str], rng: random.Random, n: int, *, absent_pool: tuple[str, ...] = (),
-                   variation: float = 0.5, describe: float = 0.2, key_dropout: float = 0.3, absent: float = 0.5,
-                   max_keys: int = 6, value_len=None) -> list[tuple[KeySchema, dict[str, str | None]]]:
+def sample_schemas(
+    fields: dict[str, str],
+    rng: random.Random,
+    n: int,
+    *,
+    absent_pool: tuple[str, ...] = (),
+    variation: float = 0.5,
+    describe: float = 0.2,
+    key_dropout: float = 0.3,
+    absent: float = 0.5,
+    max_keys: int = 6,
+    value_len=None,
+) -> list[tuple[KeySchema, dict[str, str | None]]]:
     """n (schema, values) templates over a document's fields (canonical name -> value or None).
 
     Keys are subsets of the present ones (at most `max_keys`), named by `surface`, described with
@@ -146,7 +200,9 @@ def sample_schemas(fields: dict[str, str], rng: random.Random, n: int, *, absent
             if name.lower() in names:
                 continue
             names.add(name.lower())
-            desc = rng.choice(DESCRIPTIONS[canonical]) if canonical in DESCRIPTIONS and rng.random() < describe else None
+            desc = (
+                rng.choice(DESCRIPTIONS[canonical]) if canonical in DESCRIPTIONS and rng.random() < describe else None
+            )
             value = fields.get(canonical)
             base = BUDGETS.get(canonical, DEFAULT_BUDGET)
             budget = rng.choice((base, base, DEFAULT_BUDGET, 24, int(base * 1.5)))
@@ -176,9 +232,19 @@ def document_items(doc) -> list[dict[str, str | None]]:
     return doc.items({f: f"items.{f}" for f in ITEM_FIELDS if f"items.{f}" in doc.fields})
 
 
-def sample_item_schema(fields: dict[str, str | None], items: list[dict], rng: random.Random, *, room: int,
-                       value_len, variation: float = 0.5, describe: float = 0.2, key_dropout: float = 0.3,
-                       absent: float = 0.5, absent_pool: tuple[str, ...] = ()):
+def sample_item_schema(
+    fields: dict[str, str | None],
+    items: list[dict],
+    rng: random.Random,
+    *,
+    room: int,
+    value_len,
+    variation: float = 0.5,
+    describe: float = 0.2,
+    key_dropout: float = 0.3,
+    absent: float = 0.5,
+    absent_pool: tuple[str, ...] = (),
+):
     """One (schema, values) template that asks for the document's line items: a list named like a
     user would (`LIST_NAMES`, fields from `ITEM_ALIASES`; the item's name is nearly always asked for
     and first most of the time, since a list's first field says "no more items"), with half the time
@@ -189,9 +255,18 @@ def sample_item_schema(fields: dict[str, str | None], items: list[dict], rng: ra
 
     flat, flat_values = (), {}
     if rng.random() < 0.5:
-        (schema, flat_values), = sample_schemas(fields, rng, 1, absent_pool=absent_pool, variation=variation,
-                                                describe=describe, key_dropout=key_dropout, absent=absent,
-                                                max_keys=3, value_len=value_len)
+        ((schema, flat_values),) = sample_schemas(
+            fields,
+            rng,
+            1,
+            absent_pool=absent_pool,
+            variation=variation,
+            describe=describe,
+            key_dropout=key_dropout,
+            absent=absent,
+            max_keys=3,
+            value_len=value_len,
+        )
         flat = schema.keys
     have = [f for f in ITEM_FIELDS if items and f in items[0]]
     chosen = [f for f in have if f != "name" and rng.random() < 0.6]

@@ -30,8 +30,8 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -53,10 +53,22 @@ def trainable_state(model) -> dict[str, torch.Tensor]:
 def forward_batch(model, batch: dict, pattern: str, hidden: bool = False):
     """(logits at the `keep` positions (N, V), final hidden states or None, index (B, T) -> row of
     the logits) for a training batch."""
-    mask = build_attention_mask(model, pattern, batch["attention_mask"], query_length=batch["input_ids"].shape[1],
-                                block_ids=batch["block_ids"], position_ids=batch["position_ids"])
-    out = model(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"],
-                logits_to_keep=batch["keep"], use_cache=False, output_hidden_states=hidden)
+    mask = build_attention_mask(
+        model,
+        pattern,
+        batch["attention_mask"],
+        query_length=batch["input_ids"].shape[1],
+        block_ids=batch["block_ids"],
+        position_ids=batch["position_ids"],
+    )
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=mask,
+        position_ids=batch["position_ids"],
+        logits_to_keep=batch["keep"],
+        use_cache=False,
+        output_hidden_states=hidden,
+    )
     keep = batch["keep"]
     index = (keep.flatten().cumsum(0) - 1).view(keep.shape)
     return out.logits.reshape(-1, out.logits.shape[-1]).float(), out.hidden_states[-1] if hidden else None, index
@@ -89,9 +101,11 @@ def shard(batch: dict, rank: int, world: int) -> dict:
         raise ValueError(f"batch_size {rows} is smaller than the {world} processes: each needs a row")
     lo, hi = rank * rows // world, (rank + 1) * rows // world
     kept = torch.cat([torch.zeros(1, dtype=torch.long), batch["keep"].sum(1).cumsum(0)])
-    out = {k: v[lo:hi] if torch.is_tensor(v) and v.dim() and v.shape[0] == rows and k != "targets" else v
-           for k, v in batch.items()}
-    out["targets"] = batch["targets"][kept[lo]: kept[hi]]
+    out = {
+        k: v[lo:hi] if torch.is_tensor(v) and v.dim() and v.shape[0] == rows and k != "targets" else v
+        for k, v in batch.items()
+    }
+    out["targets"] = batch["targets"][kept[lo] : kept[hi]]
     if "copy_fields" in batch:
         out["copy_fields"] = [dataclasses.replace(f, row=f.row - lo) for f in batch["copy_fields"] if lo <= f.row < hi]
     return out
@@ -109,8 +123,9 @@ def average_gradients(params: list[torch.Tensor], world: int) -> None:
         p.grad = g.view_as(p).to(p.dtype)
 
 
-def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: Callable[[Path], None],
-          pattern: str) -> dict:
+def train(
+    cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: Callable[[Path], None], pattern: str
+) -> dict:
     """Run `cfg.steps` optimisation steps (resuming if a checkpoint exists); return a summary."""
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -156,8 +171,9 @@ def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: C
         loss_ema, elapsed = _loop(cfg, model, opt, sched, accel, params, make_batch, pattern, log, start, elapsed)
     model.eval()
     accel.wait_for_everyone()
-    summary = dict(steps=cfg.steps, train_seconds=round(elapsed, 1), final_loss_ema=loss_ema,
-                   processes=accel.num_processes)
+    summary = dict(
+        steps=cfg.steps, train_seconds=round(elapsed, 1), final_loss_ema=loss_ema, processes=accel.num_processes
+    )
     if main:
         save(out_dir / "model")
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -167,14 +183,22 @@ def train(cfg: TrainConfig, model, make_batch: Callable[[int], dict], *, save: C
 
 def _loop(cfg, model, opt, sched, accel, params, make_batch, pattern, log, start, elapsed):
     out_dir, ckpt = Path(cfg.output_dir), Path(cfg.output_dir) / CKPT
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"{cfg.objective}", mininterval=5,
-               disable=not accel.is_main_process)
+    bar = tqdm(
+        range(start, cfg.steps),
+        initial=start,
+        total=cfg.steps,
+        desc=f"{cfg.objective}",
+        mininterval=5,
+        disable=not accel.is_main_process,
+    )
     world, loss_ema = accel.num_processes, None
     for step in bar:
         t0 = time.time()
         full = make_batch(step)
-        batch = {k: v.to(accel.device) if torch.is_tensor(v) else v
-                 for k, v in shard(full, accel.process_index, world).items()}
+        batch = {
+            k: v.to(accel.device) if torch.is_tensor(v) else v
+            for k, v in shard(full, accel.process_index, world).items()
+        }
         with accel.autocast():
             if world == 1:
                 loss = loss_on_batch(model, batch, pattern)
@@ -198,16 +222,36 @@ def _loop(cfg, model, opt, sched, accel, params, make_batch, pattern, log, start
         loss_ema = loss_value if loss_ema is None else 0.9 * loss_ema + 0.1 * loss_value
         bar.set_postfix(loss=f"{loss_ema:.3f}", tok_s=f"{tokens / dt:.0f}")
         if (step + 1) % cfg.log_every == 0:
-            log.write(json.dumps(dict(step=step + 1, loss=round(loss_value, 5), lr=sched.get_last_lr()[0],
-                                      tokens=tokens, targets=int(full["keep"].sum()), sec=round(dt, 3),
-                                      tok_per_sec=round(tokens / dt, 1), elapsed=round(elapsed, 1))) + "\n")
+            log.write(
+                json.dumps(
+                    dict(
+                        step=step + 1,
+                        loss=round(loss_value, 5),
+                        lr=sched.get_last_lr()[0],
+                        tokens=tokens,
+                        targets=int(full["keep"].sum()),
+                        sec=round(dt, 3),
+                        tok_per_sec=round(tokens / dt, 1),
+                        elapsed=round(elapsed, 1),
+                    )
+                )
+                + "\n"
+            )
             log.flush()
         if ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps) and accel.is_main_process:
             tmp = out_dir / (CKPT + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            torch.save(dict(weights=trainable_state(accel.unwrap_model(model)), optimizer=opt.state_dict(),
-                            scheduler=sched.state_dict(), step=step + 1, elapsed=elapsed), tmp / "state.pt")
+            torch.save(
+                dict(
+                    weights=trainable_state(accel.unwrap_model(model)),
+                    optimizer=opt.state_dict(),
+                    scheduler=sched.state_dict(),
+                    step=step + 1,
+                    elapsed=elapsed,
+                ),
+                tmp / "state.pt",
+            )
             shutil.rmtree(ckpt, ignore_errors=True)
             tmp.rename(ckpt)
     return loss_ema, elapsed

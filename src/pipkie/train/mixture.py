@@ -61,8 +61,12 @@ class Source:
 def _generate(kind: str, i: int, seed: int, options: dict) -> Document:
     from pipkie.data import receipts, synthetic
 
-    make = {"world_receipts": receipts.generate_world_receipts, "invoices": receipts.generate_invoices,
-            "forms": synthetic.generate_forms, "receipts_my": synthetic.generate_receipts}[kind]
+    make = {
+        "world_receipts": receipts.generate_world_receipts,
+        "invoices": receipts.generate_invoices,
+        "forms": synthetic.generate_forms,
+        "receipts_my": synthetic.generate_receipts,
+    }[kind]
     return next(iter(make(i + 1, seed=seed, render=False, noise=float(options.get("noise", 0.0)), start=i)))
 
 
@@ -81,7 +85,7 @@ class Mixture:
             self.cum.append(acc)
 
     @classmethod
-    def from_config(cls, entries: list[dict], seed: int = 0) -> "Mixture":
+    def from_config(cls, entries: list[dict], seed: int = 0) -> Mixture:
         from pipkie.data import read_dataset
 
         sources = []
@@ -117,25 +121,45 @@ def item_share(source: Source, default: float = 0.0) -> float:
     return float(source.options.get("items", default)) if source.supervised else 0.0
 
 
-def templates(source: Source, doc: Document, rng: random.Random, n: int, *, value_len, key_dropout: float,
-              absent: float, variation: float = 0.5, describe: float = 0.2, items: float = 0.0,
-              item_room: int | None = None):
+def templates(
+    source: Source,
+    doc: Document,
+    rng: random.Random,
+    n: int,
+    *,
+    value_len,
+    key_dropout: float,
+    absent: float,
+    variation: float = 0.5,
+    describe: float = 0.2,
+    items: float = 0.0,
+    item_room: int | None = None,
+):
     """n (schema, values) answer templates for one drawn document (see the module docstring).
     `items`: the default share of item templates (`item_share`); `item_room`: template tokens that fit
     next to this document (needed when the share is above 0 and the document has items)."""
     if source.supervised:
         fields = {k: doc.value(k) for k in doc.fields if not k.startswith("items.")}
-        kw = dict(absent_pool=tuple(source.options.get("absent_pool", ())),
-                  variation=float(source.options.get("variation", variation)), describe=describe,
-                  key_dropout=key_dropout, absent=absent, value_len=value_len)
+        kw = dict(
+            absent_pool=tuple(source.options.get("absent_pool", ())),
+            variation=float(source.options.get("variation", variation)),
+            describe=describe,
+            key_dropout=key_dropout,
+            absent=absent,
+            value_len=value_len,
+        )
         share = item_share(source, items)
         lines = document_items(doc) if share > 0 else []
         if not lines:  # the only path without a share of items: the draws of the flat templates alone
             return sample_schemas(fields, rng, n, **kw)
         if item_room is None:
             raise ValueError("item templates need item_room (the template tokens that fit next to the document)")
-        return [sample_item_schema(fields, lines, rng, room=item_room, **kw) if rng.random() < share
-                else sample_schemas(fields, rng, 1, **kw)[0] for _ in range(n)]
+        return [
+            sample_item_schema(fields, lines, rng, room=item_room, **kw)
+            if rng.random() < share
+            else sample_schemas(fields, rng, 1, **kw)[0]
+            for _ in range(n)
+        ]
     return span_templates(doc, rng, n, value_len=value_len)
 
 
@@ -153,9 +177,9 @@ def span_templates(doc: Document, rng: random.Random, n: int, *, value_len, span
         for _ in range(spans):
             i = rng.randrange(1, max(2, len(words) - 1))
             k = rng.randint(1, 4)
-            name = re.sub(r"[^A-Za-z0-9_.\- ]", " ", " ".join(words[max(0, i - k): i]))
+            name = re.sub(r"[^A-Za-z0-9_.\- ]", " ", " ".join(words[max(0, i - k) : i]))
             name = " ".join(name.split())[:40]
-            value = " ".join(words[i: i + rng.randint(1, 6)])
+            value = " ".join(words[i : i + rng.randint(1, 6)])
             if not name or name.lower() in {x.name.lower() for x in keys}:
                 continue
             try:

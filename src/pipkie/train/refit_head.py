@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from pipkie.model.copyhead import FieldSpan, field_nll_given, get_head
 from pipkie.data import read_dataset
 from pipkie.io.document import serialize
+from pipkie.model.copyhead import FieldSpan, field_nll_given, get_head
 from pipkie.model.modeling import builder_for, load_model
 from pipkie.train.instances import collate, kv_instance, random_schemas
 from pipkie.train.loop import forward_batch
@@ -37,8 +37,9 @@ class Example:
 
 
 @torch.no_grad()  # not inference_mode: the stored states take part in the head's backward pass
-def collect(model, builder, texts: list[str], values: list[dict], keys: list[str], *, seed: int = 0,
-            desc: str = "features") -> list[Example]:
+def collect(
+    model, builder, texts: list[str], values: list[dict], keys: list[str], *, seed: int = 0, desc: str = "features"
+) -> list[Example]:
     """One no-gradient forward pass per document (a template of every key, plus an absent key half of
     the time, as in fine-tuning) → one Example per field."""
     rng = random.Random(seed)
@@ -63,9 +64,21 @@ def mean_nll(head, examples: list[Example]) -> float:
         return float(torch.cat([field_nll_given(head, e.hidden.float(), e.p_vocab, e.span) for e in examples]).mean())
 
 
-def refit_head(*, model: str, output: str, dataset: str = "sroie", data_dir: str, split: str = "train",
-               epochs: int = 20, lr: float = 1e-4, holdout: float = 0.1, seed: int = 0, threads: int = 1,
-               limit: int | None = None, log=print) -> dict:
+def refit_head(
+    *,
+    model: str,
+    output: str,
+    dataset: str = "sroie",
+    data_dir: str,
+    split: str = "train",
+    epochs: int = 20,
+    lr: float = 1e-4,
+    holdout: float = 0.1,
+    seed: int = 0,
+    threads: int = 1,
+    limit: int | None = None,
+    log=print,
+) -> dict:
     """Refit the copy head of `model`; write the model with the new head to `output`."""
     if split == "test":
         raise ValueError("refusing to fit on a test split")
@@ -95,7 +108,9 @@ def refit_head(*, model: str, output: str, dataset: str = "sroie", data_dir: str
     for epoch in range(epochs):
         rng.shuffle(train)
         for i in range(0, len(train), 16):
-            loss = torch.cat([field_nll_given(head, e.hidden.float(), e.p_vocab, e.span) for e in train[i: i + 16]]).mean()
+            loss = torch.cat(
+                [field_nll_given(head, e.hidden.float(), e.p_vocab, e.span) for e in train[i : i + 16]]
+            ).mean()
             if not torch.isfinite(loss):
                 continue  # a degenerate batch (no finite likelihood): skip rather than poison the head
             opt.zero_grad()
@@ -115,8 +130,18 @@ def refit_head(*, model: str, output: str, dataset: str = "sroie", data_dir: str
     if out.resolve() != Path(model).resolve():
         shutil.copytree(model, out, dirs_exist_ok=True)
     head.save(out)
-    summary = dict(model=model, output=output, documents=len(docs), held_out=n_val, fields=len(train) + len(val),
-                   epochs=epochs, lr=lr, nll_before=before, nll_after=after, held_out_history=history,
-                   seconds=round(time.time() - t0, 1))
+    summary = dict(
+        model=model,
+        output=output,
+        documents=len(docs),
+        held_out=n_val,
+        fields=len(train) + len(val),
+        epochs=epochs,
+        lr=lr,
+        nll_before=before,
+        nll_after=after,
+        held_out_history=history,
+        seconds=round(time.time() - t0, 1),
+    )
     (out / "headfit.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
