@@ -213,6 +213,7 @@ def test_tiny_model_learns_to_copy_values_it_never_saw(tokenizer, tmp_path):
         steps=250,
         batch_size=8,
         lr=3e-3,
+        head_lr=2e-3,
         warmup=10,
         threads=1,
         bf16=False,

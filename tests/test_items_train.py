@@ -133,6 +133,8 @@ def _batches(monkeypatch, tmp_path, mixture, objective, steps=4, **cfg_extra):
         slot_tokens=8 if objective == "pip" else 0,
         field_blocks=objective == "pip",
         checkpoint_every=10,
+        budgets={"company": 20, "date": 8, "address": 40, "total": 6},  # the defaults of the code before lists
+        key_dropout=0.2,
         **cfg_extra,
     )
     ft.finetune(cfg)

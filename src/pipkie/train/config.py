@@ -2,7 +2,8 @@
 
 Each field's `help` says what it is for; `pipkie finetune` / `pipkie pretrain` build their options
 from these fields (`pipkie.cli.train`), and `--config FILE` reads them from JSON
-(`configs/train/*.json`: the recipes of the shipped models are there).
+(`configs/train/*.json`). The defaults are the shipped model's recipe
+(`configs/train/generalist-pip.json`) except for the data: that config adds the mixture of sources.
 """
 
 from __future__ import annotations
@@ -32,11 +33,9 @@ class TrainConfig:
         "starting weights, and what is saved is again an adapter of `base` (a second round)",
     )
     pattern: str = opt("prefix_causal", 'attention of the mask block ("full" as in the reference work)')
-    slot_tokens: int = opt(0, "distinct <|pip_slot_j|> inputs per value slot (0: one shared mask token)")
-    field_blocks: bool = opt(False, "each field its own bidirectional block (sees document + own key only)")
-    copy_head: bool = opt(
-        False, "PIP: mix each slot's LM head with a pointer into the document (pipkie.model.copyhead)"
-    )
+    slot_tokens: int = opt(64, "distinct <|pip_slot_j|> inputs per value slot (0: one shared mask token)")
+    field_blocks: bool = opt(True, "each field its own bidirectional block (sees document + own key only)")
+    copy_head: bool = opt(True, "PIP: mix each slot's LM head with a pointer into the document (pipkie.model.copyhead)")
     lora_r: int = opt(32, "LoRA rank on every linear layer; 0 = full fine-tuning (the compact track)")
     lora_alpha: int = opt(64, "LoRA scaling numerator (alpha / r)")
     compact: dict = opt(
@@ -58,29 +57,29 @@ class TrainConfig:
     describe: float = opt(0.2, "mixture: chance a key carries a description in the template")
     items: float = opt(0.0, "mixture: share of templates asking for line items (items[...]) where a document has them")
     budgets: dict[str, int] = opt(
-        factory=lambda: {"company": 20, "date": 8, "address": 40, "total": 6}, help="value slots per key"
+        factory=lambda: {"company": 24, "date": 16, "address": 64, "total": 12}, help="value slots per key"
     )
     default_budget: int = opt(16, "value slots of a key without a budget")
     max_length: int = opt(1024, "tokens of one training sequence (document + templates)")
-    key_dropout: float = opt(0.2, "chance each key is left out of a template (random subsets)")
+    key_dropout: float = opt(0.3, "chance each key is left out of a template (random subsets)")
     absent_keys: float = opt(0.5, "chance a template gets an absent key, trained to answer `unknown`")
     templates_per_doc: int = opt(2, "answer blocks packed after one document (prefix_causal only)")
     reveal: float = opt(0.3, "PIP: chance a template shows part of its answer (trains refinement)")
     mask_ratio: tuple[float, float] = opt((0.15, 0.9), "stage 1: mask ratio range, drawn per sample")
     pretrain_tasks: tuple[str, ...] = opt(("mask", "copy"), "stage 1 objectives, one drawn per sample")
     # -- optimisation -------------------------------------------------------------------------
-    steps: int = opt(500, "optimisation steps")
+    steps: int = opt(240, "optimisation steps")
     batch_size: int = opt(4, "documents per step")
-    lr: float = opt(3e-4, "peak learning rate of the LoRA (or all weights)")
-    head_lr: float = opt(2e-3, "the copy head starts from random weights: a larger step than the LoRA's")
-    warmup: int = opt(30, "linear warm-up steps")
+    lr: float = opt(4e-4, "peak learning rate of the LoRA (or all weights)")
+    head_lr: float = opt(1e-3, "the copy head starts from random weights: a larger step than the LoRA's")
+    warmup: int = opt(20, "linear warm-up steps")
     schedule: str = opt("cosine", 'learning rate after warm-up: "cosine" (to 0 at `steps`) or "constant"')
     weight_decay: float = opt(0.0, "AdamW weight decay")
     grad_clip: float = opt(1.0, "gradient norm clip")
     seed: int = opt(0, "batches are a function of (seed, step)")
-    threads: int = opt(2, "torch intra-op threads; on a busy 2-core machine use 1")
+    threads: int = opt(1, "torch intra-op threads; on a busy 2-core machine use 1")
     bf16: bool = opt(True, "autocast matmuls to bf16 (faster training on CPUs with bf16 support)")
-    checkpoint_every: int = opt(25, "steps between checkpoints (a killed run resumes from the last)")
+    checkpoint_every: int = opt(10, "steps between checkpoints (a killed run resumes from the last)")
     log_every: int = opt(1, "steps between log lines")
 
     def to_dict(self) -> dict:
