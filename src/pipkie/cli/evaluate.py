@@ -108,14 +108,15 @@ def bench(
     """Time PIP against AR (free and forced) side by side, with the single-prefill floor.
 
     The AR methods run the PIP model's AR baseline (its pipkie.json's ar_baseline) or --ar-model."""
-    from pipkie.eval.bench import METHODS, markdown_table, method_decoder
+    from pipkie.eval.bench import all_methods, markdown_table, method_decoder
     from pipkie.eval.bench import bench as run
     from pipkie.model.modeling import default_model_path, model_for_decode
 
     n = set_threads(threads)
-    wanted = tuple(m.strip() for m in methods.split(",") if m.strip()) if methods is not None else METHODS
-    if not wanted or set(wanted) - set(METHODS):
-        raise typer.BadParameter(f"methods must be among {', '.join(METHODS)}", param_hint="--methods")
+    known = all_methods()
+    wanted = tuple(m.strip() for m in methods.split(",") if m.strip()) if methods is not None else known
+    if not wanted or set(wanted) - set(known):
+        raise typer.BadParameter(f"methods must be among {', '.join(known)}", param_hint="--methods")
     counts = int_list(lines, "--lines") if lines else None
     batches = int_list(batch, "--batch")
     if data_dir is None and not counts:

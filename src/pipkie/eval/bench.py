@@ -41,16 +41,23 @@ from pipkie.model.modeling import builder_for, load_model, model_for_decode
 from pipkie.schema import Key, KeySchema
 
 REFINE_STEPS = (1, 2)  # refinement variants timed for decoders that refine: "pip-refine1", "pip-refine2"
-METHODS = tuple(
-    m for d in DECODERS.values() for m in (d.name, *(f"{d.name}-refine{k}" for k in REFINE_STEPS if d.refines))
-)
+
+
+def all_methods() -> tuple[str, ...]:
+    """Every registered decoder, and the refinement variants of those that refine."""
+    return tuple(
+        m for d in DECODERS.values() for m in (d.name, *(f"{d.name}-refine{k}" for k in REFINE_STEPS if d.refines))
+    )
+
+
+METHODS = all_methods()  # (the default of `bench`)
 
 
 def method_decoder(method: str) -> tuple[Decoder, int]:
     """A method's (decoder, refine steps): "pip-refine2" -> (pip, 2); ValueError for an unknown one."""
     name, _, steps = method.partition("-refine")
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose among {', '.join(METHODS)}")
+    if method not in all_methods():
+        raise ValueError(f"unknown method {method!r}; choose among {', '.join(all_methods())}")
     return get_decoder(name), int(steps or 0)
 
 
@@ -231,8 +238,8 @@ def bench(
     plot_dir: str | None = None,
     log=print,
 ) -> dict:
-    if not methods or set(methods) - set(METHODS):
-        raise ValueError(f"methods must be among {', '.join(METHODS)}, got {', '.join(methods) or 'none'}")
+    if not methods or set(methods) - set(all_methods()):
+        raise ValueError(f"methods must be among {', '.join(all_methods())}, got {', '.join(methods) or 'none'}")
     torch.set_num_threads(threads)
     model, builder, settings, ar_model, ar_builder, ar_model_path = load_pair(
         model_path, ar_model_path, need_ar=sweeps or any(method_decoder(m)[0].objective == "ar" for m in methods)

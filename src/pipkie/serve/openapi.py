@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from pipkie.serve.parsing import DECODES, MAX_REFINE_STEPS
+from pipkie.decoding import DECODERS
+from pipkie.serve.parsing import MAX_REFINE_STEPS
 
 
 class BoxOut(BaseModel):
@@ -99,7 +100,7 @@ _SCHEMA = {
         }
     },
 }
-_DECODE = {"type": "string", "enum": list(DECODES), "default": "pip"}
+_DECODE = {"type": "string", "enum": list(DECODERS), "default": "pip"}
 _STEPS = {"type": "integer", "default": 0, "minimum": 0, "maximum": MAX_REFINE_STEPS}
 REQUEST_BODY = {
     "required": True,

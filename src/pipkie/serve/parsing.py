@@ -27,7 +27,6 @@ from pipkie.schema import KeySchema, SchemaError
 from pipkie.serve.errors import ApiError
 from pipkie.serve.settings import ServeSettings
 
-DECODES = tuple(DECODERS)
 MAX_REFINE_STEPS = 8
 FORM_FIELDS = {"file", "text", "keys", "schema", "decode", "refine_steps"}
 JSON_FIELDS = {"words", "page_sizes", "normalized", "text", "keys", "schema", "decode", "refine_steps", "id"}
@@ -179,8 +178,8 @@ def parse_keys(keys: Any, schema: Any, max_keys: int, default: list[str]) -> Key
 
 def parse_decode(decode: Any, refine_steps: Any) -> tuple[str, int]:
     decode = "pip" if decode in (None, "") else decode
-    if not isinstance(decode, str) or decode not in DECODES:
-        raise invalid(f"decode must be one of {', '.join(DECODES)}")
+    if not isinstance(decode, str) or decode not in DECODERS:
+        raise invalid(f"decode must be one of {', '.join(DECODERS)}")
     if refine_steps in (None, ""):
         return decode, 0
     if isinstance(refine_steps, float) and refine_steps.is_integer():  # JSON's 2.0 is an integer

@@ -15,6 +15,7 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from pipkie.decoding import DECODERS
 from pipkie.serve.openapi import (
     ERRORS,
     METRICS_RESPONSE,
@@ -25,7 +26,6 @@ from pipkie.serve.openapi import (
     ExtractionOut,
     HealthOut,
 )
-from pipkie.serve.parsing import DECODES
 from pipkie.serve.render import PAGE_COUNT_HEADER
 from pipkie.serve.service import Service
 
@@ -46,7 +46,7 @@ async def health(request: Request):
         "status": status,
         "model": Path(ex.name).name if ex is not None and ex.name else (svc.settings.model or ""),
         "keys": list(ex.settings.keys or []) if ex is not None else [],
-        "decodes": list(DECODES),
+        "decodes": list(DECODERS),
         "limits": svc.settings.public(),
         "batching": {
             **svc.batcher.stats,
