@@ -11,12 +11,12 @@ import torch
 from PIL import Image
 
 from pipkie.io.document import Document, Word, serialize
-from tests.test_extract import (
-    BUDGETS,
-    KLEISTER,
-    SAMPLE,
-    receipt_doc,  # noqa: F401  (session fixtures)
-)
+from tests import test_extract
+from tests.test_extract import BUDGETS, KLEISTER, SAMPLE
+
+# test_extract.py's fixtures, used here by name (pytest finds fixtures among a module's globals)
+receipt_doc, tiny_copy_extractor = test_extract.receipt_doc, test_extract.tiny_copy_extractor
+tiny_extractor, tiny_model_dir = test_extract.tiny_extractor, test_extract.tiny_model_dir
 
 
 def test_word_spans_match_serialize():
