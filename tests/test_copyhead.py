@@ -269,6 +269,7 @@ def test_refit_head_on_frozen_features(tokenizer, shared_data, tmp_path):
         copy_head=True,
         max_length=512,
         keys=["company", "total"],
+        confidence_calibration={"method": "temperature", "T": 0.5},
     ).save(src)
     get_head(model).save(src)
     lines = []
@@ -291,5 +292,7 @@ def test_refit_head_on_frozen_features(tokenizer, shared_data, tmp_path):
     refit, _, settings = load_model(tmp_path / "out")
     old, new = get_head(model).state_dict(), get_head(refit).state_dict()
     assert settings.copy_head and (tmp_path / "out" / "headfit.json").exists()
+    # a map fitted on the old head's confidences does not travel to the new head
+    assert settings.confidence_calibration is None and any("confidence_calibration removed" in m for m in lines)
     assert summary["nll_after"]["val"] < summary["nll_before"]["val"]  # the refit helped on held-out fields
     assert any(not torch.equal(old[k], new[k]) for k in old)  # ... and the saved head is the refitted one

@@ -22,6 +22,12 @@ A list of the schema (`keys="company,items[name,quantity,price]"`, `pipkie.model
 `fields`, a list of items in line order, each {field: Field} (value, confidence, boxes), grounded
 item by item (`grounding.ground_items`); `Extraction.lists_truncated` names the lists that used
 every item of their budget (maxItems: there may be more lines).
+
+Confidences: a model whose `pipkie.json` has a `confidence_calibration` map (`pipkie calibrate`,
+`pipkie.eval.calibration`) reports calibrated confidences, applied here and only here (`_field`,
+`_items`), so `pipkie extract`, the service and `explain` agree; AR decodes use the AR baseline's
+own map. The map is fitted on values, so a missing field's confidence (that the key is absent)
+stays raw. Without a map every confidence is the decoder's, rounded to 4 decimals, as always.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import torch
 
 from pipkie.decoding import get_decoder
 from pipkie.decoding.pip import FieldResult
+from pipkie.eval.calibration import calibrate
 from pipkie.io.document import Document, Word, serialize
 from pipkie.io.grounding import ground_items, locate
 from pipkie.io.loaders import load_document
@@ -99,6 +106,11 @@ class Extraction:
         return out
 
 
+def _confidence(r: FieldResult, cal: dict | None) -> float:
+    """What a field reports: its value's confidence under the map `cal` (None: raw), rounded."""
+    return round(r.confidence if r.value is None else calibrate(r.confidence, cal), 4)
+
+
 def _boxes(words: list[Word]) -> list[Box]:
     return [Box(w.page, w.box[0] / 1000, w.box[1] / 1000, w.box[2] / 1000, w.box[3] / 1000, w.text) for w in words]
 
@@ -122,6 +134,7 @@ class Extractor:
         self.threads, self.ocr, self.name = threads, ocr, name
         self.ar_model = ar_model
         self._ar = None  # (model, builder) of the AR baseline, once loaded
+        self._ar_calibration = None  # the AR baseline's confidence_calibration
 
     @classmethod
     def from_pretrained(
@@ -171,7 +184,14 @@ class Extractor:
             if settings.objective != "ar":
                 raise ValueError(f"the AR baseline {path} is not an AR model (objective {settings.objective!r})")
             self._ar = (model, builder_for(tok, settings))
+            self._ar_calibration = settings.confidence_calibration
         return self._ar
+
+    def calibration(self, decode: str) -> dict | None:
+        """The confidence map of the model that `decode` runs on (`decoder`): this model's, or for
+        AR decodes of a PIP model its AR baseline's (loaded if it is not yet)."""
+        model, _ = self.decoder(decode)
+        return self.settings.confidence_calibration if model is self.model else self._ar_calibration
 
     def schema(self, keys=None, schema=None) -> KeySchema:
         """The keys asked for, else the model's own (`KeySchema.resolve`)."""
@@ -211,6 +231,7 @@ class Extractor:
         list): receives per document the copy head's {key: CopyTrace} (PIP; `pipkie.decoding.pip`)."""
         dec = get_decoder(decode)
         model, builder = self.decoder(decode)
+        cal = self.calibration(decode)
         ks = self.schema(keys, schema)
         docs = [self.load(d) for d in documents]
         reserved = dec.reserved(builder, ks)  # next to the document: what `TemplateBuilder.fit` keeps free
@@ -236,7 +257,8 @@ class Extractor:
             for d, t, p in zip(chunk, texts, preds):
                 dropped = builder.overflow(t, reserved, answer=dec.objective == "pip")
                 fields = {
-                    k: self._items(d, r) if isinstance(r, ItemsResult) else self._field(d, r) for k, r in p.items()
+                    k: self._items(d, r, cal) if isinstance(r, ItemsResult) else self._field(d, r, cal)
+                    for k, r in p.items()
                 }
                 out.append(
                     Extraction(
@@ -252,21 +274,24 @@ class Extractor:
         return out
 
     @staticmethod
-    def _field(doc: Document, r: FieldResult) -> Field:
+    def _field(doc: Document, r: FieldResult, cal: dict | None = None) -> Field:
+        """A field with its boxes; its confidence under the map `cal` (`_confidence`)."""
+        conf = _confidence(r, cal)
         if r.value is None or not doc.words:
-            return Field(r.value, round(r.confidence, 4), truncated=r.truncated)
+            return Field(r.value, conf, truncated=r.truncated)
         g = locate(r.value, doc)
-        return Field(r.value, round(r.confidence, 4), _boxes(g.words), g.method, truncated=r.truncated)
+        return Field(r.value, conf, _boxes(g.words), g.method, truncated=r.truncated)
 
     @staticmethod
-    def _items(doc: Document, r: ItemsResult) -> list[dict[str, Field]]:
-        """A list's items with their boxes, grounded in line order (`grounding.ground_items`)."""
+    def _items(doc: Document, r: ItemsResult, cal: dict | None = None) -> list[dict[str, Field]]:
+        """A list's items with their boxes, grounded in line order (`grounding.ground_items`); each
+        item field's confidence under the map `cal` (`_confidence`)."""
         found = ground_items(r.value, doc) if doc.words else [{} for _ in r.items]
         return [
             {
                 n: Field(
                     x.value,
-                    round(x.confidence, 4),
+                    _confidence(x, cal),
                     _boxes(g[n].words) if n in g else [],
                     g[n].method if n in g else "none",
                     truncated=x.truncated,

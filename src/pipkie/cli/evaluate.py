@@ -1,4 +1,4 @@
-"""Measuring from the command line: `pipkie evaluate`, `pipkie bench`, `pipkie compare`."""
+"""Measuring from the command line: `pipkie evaluate`, `pipkie calibrate`, `pipkie bench`, `pipkie compare`."""
 
 from __future__ import annotations
 
@@ -81,6 +81,66 @@ def evaluate(
         error(str(e).replace("\n", " "))
         raise typer.Exit(2) from None
     typer.echo(format_table(result))
+
+
+@app.command()
+def calibrate(
+    predictions: list[Path] = typer.Argument(
+        ..., help="predictions files to fit the map on (pipkie evaluate's .predictions.jsonl, the model's own)"
+    ),
+    model: str | None = typer.Option(None, help="model directory the map is for (default: the shipped model)"),
+    keys: str | None = typer.Option(None, help="comma-separated keys to use (default: each file's gold keys)"),
+    score: list[Path] = typer.Option(
+        [], "--score", help="a predictions file scored with the map but not fitted on (repeatable)"
+    ),
+    cross_fit: int = typer.Option(
+        0, "--cross-fit", min=0, help="K >= 2: also judge the map on held-out documents, fitting on K-1 folds of K"
+    ),
+    seed: int = typer.Option(0, help="--cross-fit: the documents' shuffle"),
+    write: bool = typer.Option(
+        False, "--write", help="save the map (fitted on all the files) in the model's pipkie.json"
+    ),
+    json_path: Path | None = typer.Option(None, "--json", help="write the result here"),
+):
+    """Fit a map from raw to calibrated confidences on labelled predictions, print ECE, the share of
+    values with confidence >= 0.9 and their exactness before and after, and with --write save it
+    with the model (pipkie extract, the service and explain then report calibrated confidences).
+
+    The files' rows keep raw confidences (pipkie evaluate stores them so), so a map can be refitted
+    at any time; fit it on the model's own predictions, on documents like those it will read."""
+    from pipkie.eval.calibration import calibrate_files, format_calibration
+    from pipkie.eval.store import model_fingerprint
+    from pipkie.model.modeling import SETTINGS_FILE, default_model_path, write_setting
+
+    if cross_fit == 1:
+        raise typer.BadParameter("cross-fitting needs at least 2 folds", param_hint="--cross-fit")
+    for p in [*predictions, *score]:
+        if not p.is_file():
+            raise typer.BadParameter(f"{p}: no such file")
+    model = model or default_model_path()
+    if not Path(model, SETTINGS_FILE).is_file():
+        error(f"{model} is not a pipkie model directory (no {SETTINGS_FILE})")
+        raise typer.Exit(2)
+    ks = [k.strip() for k in keys.split(",") if k.strip()] if keys else None
+    try:
+        result = calibrate_files(predictions, keys=ks, score=score, folds=cross_fit, seed=seed)
+    except ValueError as e:
+        error(str(e))
+        raise typer.Exit(2) from None
+    mine = model_fingerprint(model)
+    for p in predictions:  # the summary beside a predictions file names the model that made it
+        summary = Path(str(p).removesuffix(".predictions.jsonl") + ".json")
+        made_by = json.loads(summary.read_text()).get("fingerprint", {}).get("model") if summary.is_file() else None
+        if made_by and made_by != mine:
+            typer.echo(f"warning: {p} was made by another model ({made_by}) than {model} ({mine})", err=True)
+    result["model"] = str(model)
+    if write:
+        result["written"] = str(write_setting(model, "confidence_calibration", result["map"]))
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    typer.echo(format_calibration(result))
+    if write:
+        typer.echo(f"wrote confidence_calibration into {result['written']}")
 
 
 @app.command()

@@ -71,9 +71,10 @@ def extract(
 
     Each object is Extraction.to_dict(), the same JSON as the service's POST /extract.
 
-    Per field: value, confidence, boxes (page, x0 y0 x1 y1 relative to the page, text), grounding,
-    truncated (the value filled its budget). Per file: truncated and dropped_tokens (a document
-    longer than the context keeps its start and its end).
+    Per field: value, confidence (calibrated when the model carries a map: pipkie calibrate), boxes
+    (page, x0 y0 x1 y1 relative to the page, text), grounding, truncated (the value filled its
+    budget). Per file: truncated and dropped_tokens (a document longer than the context keeps its
+    start and its end).
 
     A file that cannot be read gives a one-line error on stderr (and an error row in --out); the
     others are still processed, exit code 1.

@@ -4,7 +4,8 @@
 - `evaluate`: `pipkie evaluate` (decode a labelled split, score it, resume under the same settings).
 - `gold`: documents and their gold values for evaluation (key maps, lists of items, warnings).
 - `store`: prediction files and the fingerprints that decide whether a run may resume.
-- `calibration`: reliability diagrams and expected calibration error of the confidences.
+- `calibration`: reliability diagrams and expected calibration error of the confidences; the
+  confidence map (temperature of the log-confidence) that `pipkie calibrate` fits and models carry.
 - `compare`: `pipkie compare`, paired bootstrap intervals between two prediction files.
 - `bench`, `bench_items`: `pipkie bench`, PIP vs AR speed side by side (and over the number of lines).
 """

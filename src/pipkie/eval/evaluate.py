@@ -16,8 +16,10 @@ Lists of items (`--keys "items[name,quantity,price]"`, `pipkie.model.groups`): e
 The summary (returned, printed by `format_table`, written to `json_path`) holds `pipkie.eval.metrics`'
 numbers, `truncated_docs` (documents cut to fit the model's context; each row's `truncated` is
 its count of cut tokens, from the decoder's own encoding, `Encoded.truncated`), `calibration`
-(`pipkie.eval.calibration`), `warnings` (e.g. a requested key no document has a gold value for) and the
-run's `fingerprint`.
+(`pipkie.eval.calibration`, of the raw confidences the rows store, so a map can be refitted on
+them), `calibrated` (the same under the model's `confidence_calibration`, the confidences
+`Extractor` reports; only when the model has a map), `warnings` (e.g. a requested key no
+document has a gold value for) and the run's `fingerprint`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pipkie.decoding import get_decoder
-from pipkie.eval.calibration import calibration, calibration_pairs, reliability_diagram
+from pipkie.eval.calibration import calibrated_pairs, calibration, calibration_pairs, reliability_diagram
 from pipkie.eval.gold import gold_fields, gold_items, gold_warnings, load_documents, parse_key_map
 from pipkie.eval.metrics import ItemScores, Scores
 from pipkie.eval.store import model_fingerprint, read_predictions, resume, run_fingerprint
@@ -58,18 +60,25 @@ def truncated_tokens(builder, text: str, schema: KeySchema, decode: str) -> int:
         return int(get_decoder(decode).encode(builder, text, schema).truncated)
 
 
-def summarize(rows: list[dict], keys: list[str], groups: dict[str, list[str]] | None = None) -> dict:
+def summarize(
+    rows: list[dict], keys: list[str], groups: dict[str, list[str]] | None = None, confidence_map: dict | None = None
+) -> dict:
     """Scores, truncation and calibration of predictions-file rows (their own gold values); `groups`
-    (list name -> its fields): the lists of items, scored by `ItemScores` (the summary's `items`)."""
+    (list name -> its fields): the lists of items, scored by `ItemScores` (the summary's `items`);
+    `confidence_map`: a model's `confidence_calibration`, scored as `calibrated` beside the raw
+    `calibration`."""
     scores = Scores()
     for r in rows:
         scores.add_document(r["pred"], r["gold"], keys)
+    pairs = calibration_pairs(rows, keys)
     out = dict(
         scores.summary(),
         n_docs=len(rows),
         truncated_docs=sum(bool(r.get("truncated")) for r in rows),
-        calibration=calibration(calibration_pairs(rows, keys)),
+        calibration=calibration(pairs),
     )
+    if confidence_map is not None:
+        out["calibrated"] = dict(calibration(calibrated_pairs(pairs, confidence_map)), map=confidence_map)
     if groups:
         out["items"] = {}
         for name, fields in groups.items():
@@ -217,7 +226,7 @@ def evaluate(
             out.close()
     rows = [done[d.id] for d in docs]
     result = dict(
-        summarize(rows, schema.names, {g.name: g.names for g in schema.groups}),
+        summarize(rows, schema.names, {g.name: g.names for g in schema.groups}, settings.confidence_calibration),
         sec_per_doc=sum(r["seconds"] for r in rows) / len(rows),
         decode=decode,
         model=str(model_path),
@@ -248,6 +257,14 @@ def _pct(x) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
 
 
+def calibration_line(cal: dict, label: str = "calibration") -> str:
+    """One line of a `calibration` summary: ECE, share ≥ high and its exactness."""
+    return (
+        f"{label}: ECE {cal['ece']:.3f} over {cal['n_values']} values; "
+        f"{_pct(cal['high_share'])}% have confidence ≥ {cal['high']}, {_pct(cal['high_exact'])}% of those exact"
+    )
+
+
 def format_table(result: dict) -> str:
     lines = [
         f"{result['dataset']} {result['split']} · decode={result['decode']} · {result['n_docs']} docs · "
@@ -266,12 +283,10 @@ def format_table(result: dict) -> str:
             f"({s['tp']} right of {s['n_pred']} predicted, {s['n_gold']} gold); ANLS of matched items: "
             + ", ".join(f"{f} {100 * a:.1f}" for f, a in s["per_field"].items())
         )
-    cal = result.get("calibration")
-    if cal and cal["n_values"]:
-        lines.append(
-            f"calibration: ECE {cal['ece']:.3f} over {cal['n_values']} values; "
-            f"{_pct(cal['high_share'])}% have confidence ≥ {cal['high']}, {_pct(cal['high_exact'])}% of those exact"
-        )
+    for name, what in (("calibration", "raw"), ("calibrated", "the model's map")):
+        cal = result.get(name)
+        if cal and cal["n_values"]:
+            lines.append(calibration_line(cal, f"calibration ({what})" if "calibrated" in result else "calibration"))
     if "truncated_docs" in result:
         lines.append(f"truncated to fit the context: {result['truncated_docs']} of {result['n_docs']} documents")
     lines += [f"warning: {w}" for w in result.get("warnings", [])]

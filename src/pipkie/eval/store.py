@@ -38,7 +38,11 @@ MODEL_FILES = (
 
 def model_fingerprint(path: str | Path) -> str:
     """Hash of a model directory's weight, config and tokenizer files (names and bytes, each read
-    once); a name that is not a directory (e.g. `smollm2`) stands for itself."""
+    once); a name that is not a directory (e.g. `smollm2`) stands for itself.
+
+    `pipkie.json`'s `confidence_calibration` is left out (`_settings_bytes`): the map changes the
+    confidences `Extractor` reports, not a prediction row (rows keep raw confidences), so writing
+    a map must not make evaluations of that model start over."""
     p = Path(path)
     if not p.is_dir():
         return f"name:{path}"
@@ -48,9 +52,27 @@ def model_fingerprint(path: str | Path) -> str:
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0")
+        if f.name == "pipkie.json":
+            h.update(hashlib.sha256(_settings_bytes(f)).digest())
+            continue
         with open(f, "rb") as fh:
             h.update(hashlib.file_digest(fh, "sha256").digest())
     return h.hexdigest()[:16]
+
+
+def _settings_bytes(path: Path) -> bytes:
+    """A `pipkie.json`'s bytes, or, when it holds `confidence_calibration`, the bytes it has
+    without it as `Settings.save` writes them (so a model fingerprints as it did before its map
+    was written)."""
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return raw
+    if not isinstance(data, dict) or "confidence_calibration" not in data:
+        return raw
+    data.pop("confidence_calibration")
+    return (json.dumps(data, indent=2) + "\n").encode()
 
 
 def run_fingerprint(**settings) -> dict:

@@ -45,6 +45,10 @@ class Settings:
     # a PIP model's AR baseline (same base, data and steps, trained causally): a directory relative
     # to this model's (e.g. "../pipkie-ar"); what `--decode ar-free|ar-forced` and `pipkie bench` run
     ar_baseline: str | None = None
+    # the map from a field's raw confidence to the one `Extractor` reports
+    # (`pipkie.eval.calibration`: {"method": "temperature", "T", "fitted_on", "n"}; `pipkie calibrate
+    # --write` fits and saves it); None: raw confidences. Evaluation rows keep the raw ones.
+    confidence_calibration: dict | None = None
 
     def save(self, directory: str | Path) -> None:
         Path(directory, SETTINGS_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -67,7 +71,34 @@ class Settings:
             import warnings
 
             warnings.warn(f"{p}: unknown settings {sorted(set(data) - known)} ignored", stacklevel=2)
+        if data.get("confidence_calibration") is not None:
+            from pipkie.eval.calibration import check_calibration
+
+            try:
+                check_calibration(data["confidence_calibration"])
+            except ValueError as e:
+                raise ValueError(f"{p}: {e}") from None
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def write_setting(directory: str | Path, name: str, value) -> Path:
+    """Set one field of a model's `pipkie.json`, leaving the rest of the file as it is (fields a
+    newer pipkie wrote included, which `Settings.load` would drop)."""
+    if name not in {f.name for f in fields(Settings)}:
+        raise ValueError(f"{name!r} is not a setting")
+    p = Path(directory, SETTINGS_FILE)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such file (not a pipkie model directory)")
+    if name == "confidence_calibration":
+        from pipkie.eval.calibration import check_calibration
+
+        check_calibration(value)  # a bad map raises here, not when the model is next loaded
+    data = json.loads(p.read_text())
+    data[name] = value
+    tmp = p.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(p)
+    return p
 
 
 class NoARBaseline(ValueError):

@@ -6,7 +6,9 @@ fine-tuning run (the first SROIE run pointed the value's end one token early). R
 cheap: the fine-tuned model runs once over each training document without gradients, the states
 the head reads (document stream, slots) and the LM head's probability of each target are kept, and
 the head alone is trained for many epochs on them. A held-out part of the training split reports
-the mixture's NLL before and after; the test split is never read.
+the mixture's NLL before and after; the test split is never read. A confidence map the model
+carried (`Settings.confidence_calibration`) was fitted on the old head's confidences, so the
+refitted model is written without one (refit it with `pipkie calibrate`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tqdm.auto import tqdm
 from pipkie.data import read_dataset
 from pipkie.io.document import serialize
 from pipkie.model.copyhead import FieldSpan, field_nll_given, get_head
-from pipkie.model.modeling import builder_for, load_model
+from pipkie.model.modeling import Settings, builder_for, load_model, write_setting
 from pipkie.train.instances import collate, kv_instance, random_schemas
 from pipkie.train.loop import forward_batch
 
@@ -130,6 +132,9 @@ def refit_head(
     if out.resolve() != Path(model).resolve():
         shutil.copytree(model, out, dirs_exist_ok=True)
     head.save(out)
+    if Settings.load(out).confidence_calibration is not None:
+        write_setting(out, "confidence_calibration", None)
+        log("confidence_calibration removed (fitted on the old head's confidences): refit it with pipkie calibrate")
     summary = dict(
         model=model,
         output=output,
