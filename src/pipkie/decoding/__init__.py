@@ -43,6 +43,9 @@ class _Registry(Mapping):
             self._loaded[name] = decoder
         return self._loaded[name]
 
+    def __contains__(self, name: object) -> bool:  # a name check imports nothing (Mapping's would)
+        return name in self._where
+
     def __iter__(self):
         return iter(self._where)
 
