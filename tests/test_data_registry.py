@@ -10,7 +10,17 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_registry_names():
-    assert set(READERS) == {"sroie", "wildreceipt", "kleister_nda", "funsd", "cord", "poie", "donut", "words"}
+    assert set(READERS) == {
+        "sroie",
+        "wildreceipt",
+        "kleister_nda",
+        "funsd",
+        "cord",
+        "poie",
+        "donut",
+        "words",
+        "generated",
+    }
 
 
 def test_read_dataset_passes_split_and_limit():

@@ -199,3 +199,14 @@ def test_training_copy_streams_leave_out_the_cut_marker(tokenizer):
     m = b.marker_ids
     lo = next(i for i in range(len(inst.ids)) if inst.ids[i : i + len(m)] == m)
     assert inst.stream and not [p for p in inst.stream if lo <= p < lo + len(m)]
+
+
+def test_limit_trains_on_the_first_documents_only():
+    from pathlib import Path
+
+    from pipkie.train.finetune import load_documents
+
+    cord = Path(__file__).parent / "fixtures" / "cord"
+    every = load_documents(TrainConfig(dataset="cord", data_dir=str(cord), split="train"))
+    first = load_documents(TrainConfig(dataset="cord", data_dir=str(cord), split="train", limit=1))
+    assert len(every) == 2 and [d.id for d in first] == [every[0].id]

@@ -4,7 +4,8 @@
 
 Every reader has the signature `(data_dir, split, limit=None, **options)` and raises
 `pipkie.data.errors.DataError` (naming the file and line) on missing or malformed files. The
-formats are described in each module's docstring. `pipkie.data.synthetic` generates documents,
+formats are described in each module's docstring. `pipkie.data.synthetic` and `pipkie.data.receipts` generate documents
+(`pipkie.data.generated`: their registry and a held-out set read as the dataset "generated"),
 `pipkie.data.stats` measures them.
 """
 
@@ -17,6 +18,7 @@ from pipkie.data.cord import read_cord
 from pipkie.data.donut import read_donut, write_donut
 from pipkie.data.errors import DataError
 from pipkie.data.funsd import read_funsd
+from pipkie.data.generated import read_generated
 from pipkie.data.kleister import read_kleister_nda
 from pipkie.data.poie import read_poie
 from pipkie.data.sroie import read_sroie
@@ -33,6 +35,7 @@ READERS: dict[str, Callable[..., Iterator[Document]]] = {
     "poie": read_poie,
     "donut": read_donut,
     "words": read_words,
+    "generated": read_generated,
 }
 
 
@@ -54,6 +57,7 @@ __all__ = [
     "read_cord",
     "read_donut",
     "read_funsd",
+    "read_generated",
     "read_kleister_nda",
     "read_poie",
     "read_sroie",

@@ -47,6 +47,7 @@ class TrainConfig:
     dataset: str = opt("sroie", "a reader of pipkie.data (when no mixture is given)")
     data_dir: str = opt("../shared/data/sroie", "the dataset's directory")
     split: str = opt("train", "never the test split")
+    limit: int = opt(0, "train on the first N documents of the dataset only (0: all): few-shot adaptation")
     keys: list[str] = opt(factory=lambda: ["company", "date", "address", "total"], help="the model's default keys")
     synthetic: int = opt(0, "synthetic receipts added to the training documents")
     extra_text: list[str] = opt(factory=list, help='stage 1: more corpora ("kleister_nda:DIR", "synthetic")')

@@ -23,7 +23,7 @@ from pipkie.train.loop import train
 def load_documents(cfg: TrainConfig) -> list[Document]:
     if cfg.split == "test":
         raise ValueError("refusing to train on a test split")
-    docs = list(read_dataset(cfg.dataset, cfg.data_dir, cfg.split)) if cfg.dataset else []
+    docs = list(read_dataset(cfg.dataset, cfg.data_dir, cfg.split, limit=cfg.limit or None)) if cfg.dataset else []
     if cfg.synthetic:
         from pipkie.data.synthetic import generate_receipts
 

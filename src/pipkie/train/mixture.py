@@ -31,10 +31,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from pipkie.data.generated import GENERATED, generate
 from pipkie.io.document import Document
 from pipkie.train.keys import document_items, sample_item_schema, sample_schemas
-
-GENERATED = ("world_receipts", "invoices", "forms", "receipts_my")
 
 
 @dataclass
@@ -54,20 +53,8 @@ class Source:
         if self.docs is not None:
             return self.docs[i]
         if i not in self.cache:  # document i depends only on (seed, i): generate just that one
-            self.cache[i] = _generate(self.kind, i, seed, self.options)
+            self.cache[i] = generate(self.kind, i, seed, float(self.options.get("noise", 0.0)))
         return self.cache[i]
-
-
-def _generate(kind: str, i: int, seed: int, options: dict) -> Document:
-    from pipkie.data import receipts, synthetic
-
-    make = {
-        "world_receipts": receipts.generate_world_receipts,
-        "invoices": receipts.generate_invoices,
-        "forms": synthetic.generate_forms,
-        "receipts_my": synthetic.generate_receipts,
-    }[kind]
-    return next(iter(make(i + 1, seed=seed, render=False, noise=float(options.get("noise", 0.0)), start=i)))
 
 
 class Mixture:
