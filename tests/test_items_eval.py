@@ -18,7 +18,7 @@ from pipkie.io.document import Document, Word
 from pipkie.io.grounding import PALETTE
 from pipkie.model.groups import ItemsResult
 from pipkie.schema import Group, Key, KeySchema
-from tests.test_extract import tiny_model_dir  # noqa: F401  (session fixture)
+from tests.test_extract import tiny_extractor, tiny_model_dir  # noqa: F401  (session fixtures)
 
 runner = CliRunner()
 WR_DEV = "wildreceipt_dev"
@@ -215,17 +215,62 @@ def test_bad_item_keys_are_usage_errors(tiny_model_dir, tmp_path):  # noqa: F811
     assert res.exit_code == 2 and "not closed" in res.output
 
 
-def test_the_service_refuses_lists_with_a_clear_error():
+ITEM_SCHEMA = {
+    "properties": {
+        "total": {"type": "string"},
+        "items": {"type": "array", "maxItems": 3, "items": {"$ref": "#/$defs/Item"}},
+    },
+    "$defs": {"Item": {"type": "object", "properties": {"name": {"type": "string"}, "price": {"type": "string"}}}},
+}
+
+
+def test_the_service_parses_lists_from_keys_and_json_schemas():
+    from pipkie.serve.parsing import parse_keys
+
+    ks = parse_keys("total, items[name,quantity,price]", None, 32, ["total"])
+    assert ks.names == ["total"] and ks.group_names == ["items"] and ks.groups[0].names == ["name", "quantity", "price"]
+    ks = parse_keys(None, ITEM_SCHEMA, 32, ["total"])
+    assert ks.groups[0].max_items == 3 and ks.groups[0].names == ["name", "price"]
+
+
+@pytest.mark.parametrize(
+    "keys, schema, fragment",
+    [
+        ("total, items[name,price", None, "not closed"),
+        (None, {"properties": {"items": {"type": "array", "items": "name"}}}, "JSON object"),
+        (None, {"properties": {"items": {"type": "array", "items": {"properties": {"n": {"type": {}}}}}}}, "'type'"),
+        (None, {"properties": {"total": {"type": "string"}}, "$defs": {"Item": {"properties": []}}}, "'properties'"),
+        ("items[a,b,c,d,e,f,g,h,i]", None, "at most 8"),
+    ],
+)
+def test_the_service_answers_bad_lists_422(keys, schema, fragment):
     from pipkie.serve.parsing import ApiError, parse_keys
 
-    schema = {
-        "properties": {
-            "items": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}}
-        }
-    }
-    with pytest.raises(ApiError, match="not served yet") as e:
-        parse_keys(None, schema, 32, ["total"])
+    with pytest.raises(ApiError, match=fragment) as e:
+        parse_keys(keys, schema, 8, ["total"])
     assert e.value.status == 422
+
+
+def test_the_service_extracts_lists(tiny_extractor):  # noqa: F811
+    from fastapi.testclient import TestClient
+
+    from pipkie.serve import create_app
+
+    lines = [f"{q} {name} {price}" for name, q, price, _ in LINES] + ["TOTAL 5.50"]
+    words = {"words": [{"text": t, "box": [100, 50 + 30 * i, 300, 70 + 30 * i]} for i, t in enumerate(lines)]}
+    with TestClient(create_app(tiny_extractor, max_keys=8)) as client:
+        res = client.post("/extract", json={**words, "keys": "total,items[name,price]"})
+        assert res.status_code == 200, res.text
+        out = res.json()
+        assert set(out["fields"]) == {"total", "items"} and isinstance(out["fields"]["items"], list)
+        assert len(out["fields"]["items"]) <= 8
+        for it in out["fields"]["items"]:
+            assert set(it) == {"name", "price"} and all(0 <= f["confidence"] <= 1 for f in it.values())
+        res = client.post("/extract", json={**words, "schema": ITEM_SCHEMA})
+        assert res.status_code == 200, res.text
+        assert len(res.json()["fields"]["items"]) <= 3
+        listed = client.get("/openapi.json").json()["components"]["schemas"]["ExtractionOut"]["properties"]
+        assert "lists_truncated" in listed and "anyOf" in str(listed["fields"])
 
 
 # ---- bench --lines -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from pipkie.decoding.pip import FieldResult
+from pipkie.model.groups import ItemsResult
 from pipkie.serve import create_app
 from tests.browser import ARTIFACTS, LiveServer, chrome, require_browser
 from tests.test_extract import KEYS, SAMPLE, tiny_extractor, tiny_model_dir  # noqa: F401
@@ -29,6 +30,7 @@ ANSWERS = {
     "address": [("LOT 485 TMN LEMBAH KERAMAT JLN ULU KELANG 54200 KUALA LUMPUR", 0.7999)],
     "total": [("85.54", 0.8), ("9.90", 0.9)],
 }  # 99 %, 95 %, 79 % (low), 80 % (not low)
+ITEMS = [{"name": "FUELSAVE 95", "price": "85.54"}, {"name": "RELIEF GST", "price": "0.00"}]  # lines on SAMPLE
 MAX_UPLOAD_MB = 2
 
 
@@ -42,6 +44,11 @@ def reading(answers):
             for key in schema.names:
                 value, conf = next(((v, c) for v, c in answers.get(key, []) if v.upper() in text.upper()), (None, 0.2))
                 row[key] = FieldResult(value, conf)
+            for g in schema.groups:  # lists: the ITEMS lines the document contains
+                found = [it for it in ITEMS if all(v.upper() in text.upper() for v in it.values())]
+                row[g.name] = ItemsResult(
+                    [{f: FieldResult(it.get(f), 0.9 if f in it else 0.2) for f in g.names} for it in found], 0.9
+                )
             out.append(row)
         return out
 
@@ -329,3 +336,35 @@ def test_the_pages_load_with_the_network_off(site, browser):
     for r in docs_resources:
         assert r.startswith((site[0].url + "/", "data:", "blob:")), r
     assert severe_console_errors(browser) == []
+
+
+def test_a_list_of_items_one_row_per_field_one_colour_per_item(site, browser, tmp_path):
+    open_page(browser, site)
+    browser.find_element("id", "keys").send_keys("total, items[name,price]")
+    upload(browser, SAMPLE)
+    assert state(browser) == "done", browser.find_element("id", "error").text
+    table = rows(browser)
+    names = ["total", "items 1 name", "items 1 price", "items 2 name", "items 2 price"]
+    assert [r.get_attribute("data-key") for r in table] == names
+    values = [r.find_element("css selector", ".value").get_attribute("value") for r in table]
+    assert values == ["85.54", "FUELSAVE 95", "85.54", "RELIEF GST", "0.00"]
+    colour = {
+        r.get_attribute("data-key"): css(browser, r.find_element("css selector", ".swatch"), "backgroundColor")
+        for r in table
+    }
+    assert colour["items 1 name"] == colour["items 1 price"] != colour["items 2 name"] == colour["items 2 price"]
+    assert colour["total"] not in (colour["items 1 name"], colour["items 2 name"])
+    assert (
+        rects(browser, "items 1 name")
+        and css(browser, rects(browser, "items 1 name")[0], "fill") == colour["items 1 name"]
+    )
+    # an edited item field is written back into its place in the list
+    value = table[3].find_element("css selector", ".value")
+    value.clear()
+    value.send_keys("GST RELIEF")
+    browser.find_element("id", "download").click()
+    out = downloaded(browser.download_dir, "receipt.json")
+    second = out["fields"]["items"][1]["name"]
+    assert second["edited"] is True and second["value"] == "GST RELIEF" and second["model_value"] == "RELIEF GST"
+    assert out["fields"]["items"][0]["name"]["edited"] is False and out["fields"]["total"]["edited"] is False
+    assert not severe_console_errors(browser)

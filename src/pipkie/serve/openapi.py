@@ -31,11 +31,13 @@ class FieldOut(BaseModel):
 
 class ExtractionOut(BaseModel):
     document: str
-    fields: dict[str, FieldOut]
+    # a flat key's field, or a list's items (one {field: FieldOut} per item, in line order)
+    fields: dict[str, FieldOut | list[dict[str, FieldOut]]]
     decode: str
     seconds: float
     truncated: bool
     dropped_tokens: int = 0
+    lists_truncated: list[str] = []  # lists that used every item of their budget (maybe more lines)
 
 
 class ErrorOut(BaseModel):

@@ -23,7 +23,7 @@ from starlette.requests import ClientDisconnect
 from pipkie.decoding import DECODERS
 from pipkie.io.document import Document
 from pipkie.io.loaders import DocumentError, LimitExceeded, load_document, sniff, words_document
-from pipkie.schema import KeySchema, SchemaError
+from pipkie.schema import KeySchema, SchemaError, split_keys
 from pipkie.serve.errors import ApiError
 from pipkie.serve.settings import ServeSettings
 
@@ -104,14 +104,24 @@ def replay(body: bytes):
 
 def _check_schema_shape(schema: Any, depth: int = 0) -> None:
     """What KeySchema.from_json_schema can read: properties of dicts, `type` a string or list of
-    strings, anyOf/oneOf lists of such dicts, not nested without end."""
+    strings, anyOf/oneOf lists of such dicts, arrays whose `items` are such objects (lists of items),
+    `$defs` of such objects (pydantic's `list[Item]`), not nested without end."""
     if depth > MAX_SCHEMA_DEPTH:
-        raise invalid("schema is nested too deeply (a flat JSON schema is expected)", "invalid_keys")
+        raise invalid("schema is nested too deeply", "invalid_keys")
     if not isinstance(schema, dict):
-        raise invalid("schema must be a JSON object (a flat JSON schema with 'properties')", "invalid_keys")
-    props = schema.get("properties") if depth == 0 else None
+        raise invalid("schema must be a JSON object (a JSON schema with 'properties')", "invalid_keys")
+    props = schema.get("properties")
     if depth == 0 and not isinstance(props, dict):
         raise invalid("a JSON schema needs an object with 'properties'", "invalid_keys")
+    if depth == 0:
+        for where in ("$defs", "definitions"):
+            defs = schema.get(where)
+            if defs is not None and not isinstance(defs, dict):
+                raise invalid(f"'{where}' must be an object", "invalid_keys")
+            for d in (defs or {}).values():
+                _check_schema_shape(d, depth + 1)
+    if props is not None and not isinstance(props, dict):
+        raise invalid("'properties' must be an object", "invalid_keys")
     for name, prop in (props or {}).items():
         if not isinstance(prop, dict):
             raise invalid(f"property {name[:64]!r} must be an object", "invalid_keys")
@@ -120,7 +130,7 @@ def _check_schema_shape(schema: Any, depth: int = 0) -> None:
 
 def _check_type(prop: dict, depth: int) -> None:
     if depth > MAX_SCHEMA_DEPTH:
-        raise invalid("schema is nested too deeply (a flat JSON schema is expected)", "invalid_keys")
+        raise invalid("schema is nested too deeply", "invalid_keys")
     t = prop.get("type")
     if t is not None and not isinstance(t, str) and not (isinstance(t, list) and all(isinstance(x, str) for x in t)):
         raise invalid("a property's 'type' must be a string or a list of strings", "invalid_keys")
@@ -131,6 +141,8 @@ def _check_type(prop: dict, depth: int) -> None:
                 raise invalid(f"'{option}' must be a list of objects", "invalid_keys")
             for c in choices:
                 _check_type(c, depth + 1)
+    if "items" in prop:  # an array: its items are an object of string fields
+        _check_schema_shape(prop["items"], depth + 1)
 
 
 def parse_keys(keys: Any, schema: Any, max_keys: int, default: list[str]) -> KeySchema:
@@ -151,7 +163,7 @@ def parse_keys(keys: Any, schema: Any, max_keys: int, default: list[str]) -> Key
                 raise invalid(f"{len(schema['properties'])} keys given (at most {max_keys})", "invalid_keys")
         elif keys is not None:
             if isinstance(keys, str):
-                names = [k.strip() for k in keys.split(",")]
+                names = [k.strip() for k in split_keys(keys)]
                 if not any(names):
                     raise invalid("keys is empty: give at least one key, e.g. keys=company,date,total", "invalid_keys")
             elif isinstance(keys, list):
@@ -167,12 +179,6 @@ def parse_keys(keys: Any, schema: Any, max_keys: int, default: list[str]) -> Key
         raise invalid(f"bad keys: {e}", "invalid_keys") from None
     if len(ks) > max_keys:
         raise invalid(f"{len(ks)} keys given (at most {max_keys})", "invalid_keys")
-    if ks.groups:
-        raise invalid(
-            f"lists of items ({', '.join(ks.group_names)}) are not served yet: extract them with "
-            "`pipkie extract` or the Python API",
-            "invalid_keys",
-        )
     return ks
 
 

@@ -14,6 +14,7 @@ const $ = (id) => document.getElementById(id);
 const state = {
   file: null,       // the File being shown
   result: null,     // the service's Extraction, as answered
+  rows: [],         // the table's rows: {key shown, group (one colour), field, path into result.fields}
   values: {},       // key -> the value shown (the person's edit, or the model's)
   colour: {},       // key -> colour
   pages: 1, page: 0,
@@ -181,7 +182,7 @@ function drawBoxes() {
   const svg = $("overlay");
   svg.replaceChildren();
   if (!state.result) return;
-  for (const [key, field] of Object.entries(state.result.fields)) {
+  for (const { key, field } of state.rows) {
     for (const b of field.boxes) {
       if (b.page !== state.page) continue;
       const r = document.createElementNS(SVG, "rect");
@@ -201,19 +202,43 @@ function drawBoxes() {
 }
 
 // ---- the table --------------------------------------------------------------------------------
+// One row per flat key; a list of items gives one row per field of each item ("items 2 price"),
+// and the fields of one item share a colour (as `pipkie extract --draw` does).
+function tableRows(fields) {
+  const out = [];
+  for (const [key, field] of Object.entries(fields)) {
+    if (!Array.isArray(field)) {
+      out.push({ key, group: key, field, path: [key] });
+      continue;
+    }
+    field.forEach((item, i) => {
+      for (const [name, f] of Object.entries(item)) {
+        out.push({ key: key + " " + (i + 1) + " " + name, group: key + " " + (i + 1), field: f, path: [key, i, name] });
+      }
+    });
+  }
+  return out;
+}
+
+function fieldAt(fields, path) {
+  return path.length === 1 ? fields[path[0]] : fields[path[0]][path[1]][path[2]];
+}
+
 function showResult(result, seconds) {
   state.result = result;
+  state.rows = tableRows(result.fields);
   state.values = {};
   state.colour = {};
   const body = $("fields").tBodies[0];
   body.replaceChildren();
-  Object.entries(result.fields).forEach(([key, field], i) => {
-    state.colour[key] = COLOURS[i % COLOURS.length];
+  const groups = [...new Set(state.rows.map((r) => r.group))];
+  for (const { key, group, field } of state.rows) {
+    state.colour[key] = COLOURS[groups.indexOf(group) % COLOURS.length];
     state.values[key] = field.value;
     body.appendChild(fieldRow(key, field));
-  });
-  const n = Object.keys(result.fields).length;
-  const found = Object.values(result.fields).filter((f) => f.value !== null).length;
+  }
+  const n = state.rows.length;
+  const found = state.rows.filter((r) => r.field.value !== null).length;
   $("doc-name").textContent = result.document;
   $("summary").textContent = found + " of " + n + " fields found · decode " + result.decode + " · model "
     + result.seconds.toFixed(2) + " s, answer in " + seconds.toFixed(1) + " s";
@@ -324,7 +349,7 @@ function badge(text, cls) {
 }
 
 function edit(key, text) {
-  const original = state.result.fields[key].value;
+  const original = state.rows.find((r) => r.key === key).field.value;
   const value = text.trim() === "" ? null : text;
   state.values[key] = value;
   const tr = document.querySelector('tr[data-key="' + CSS.escape(key) + '"]');
@@ -345,7 +370,8 @@ function withEdits() {
   // The service's JSON with the person's values: each field says whether it was edited; an edited
   // one keeps the model's answer as model_value (its confidence and boxes are the model's).
   const out = JSON.parse(JSON.stringify(state.result));
-  for (const [key, field] of Object.entries(out.fields)) {
+  for (const { key, path } of state.rows) {
+    const field = fieldAt(out.fields, path);
     field.edited = state.values[key] !== field.value;
     if (field.edited) {
       field.model_value = field.value;
