@@ -92,3 +92,32 @@ def test_two_processes_take_the_steps_of_one_with_the_same_global_batch(tmp_path
     assert b == pytest.approx(a, rel=TOLERANCE)
     assert a[0] != a[-1]  # it trained
     assert (tmp_path / "two" / "model" / "pipkie.json").exists()
+
+
+def test_micro_batches_take_the_steps_of_the_whole_batch(tmp_path):
+    """Gradient accumulation over slices of 1 row (each cut to its own width) takes the same steps
+    as the whole batch at once, and its slices are the batch's rows."""
+    import torch
+
+    from pipkie.train.config import TrainConfig
+    from pipkie.train.finetune import finetune
+    from pipkie.train.loop import micro_batches
+
+    runs = {}
+    for micro in (0, 1):
+        out = tmp_path / f"micro{micro}"
+        finetune(TrainConfig(**{**CONFIG, "micro_batch": micro, "output_dir": str(out)}))
+        runs[micro] = losses(out)
+    assert len(runs[1]) == CONFIG["steps"] and runs[1] == pytest.approx(runs[0], rel=TOLERANCE)
+
+    keep = torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
+    batch = dict(
+        input_ids=torch.arange(12).view(3, 4),
+        attention_mask=torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1]]),
+        keep=keep,
+        targets=torch.tensor([10, 11, 20, 30, 31, 32]),
+    )
+    parts = list(micro_batches(batch, 2, multiple=2))
+    assert [p["input_ids"].tolist() for p in parts] == [[[0, 1], [4, 5]], [[8, 9, 10, 11]]]
+    assert [p["targets"].tolist() for p in parts] == [[10, 11, 20], [30, 31, 32]]
+    assert list(micro_batches(batch, 0)) == [batch]

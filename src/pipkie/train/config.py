@@ -71,6 +71,9 @@ class TrainConfig:
     # -- optimisation -------------------------------------------------------------------------
     steps: int = opt(240, "optimisation steps")
     batch_size: int = opt(4, "documents per step")
+    micro_batch: int = opt(
+        0, "documents per forward/backward, their gradients accumulated into the step (0: the whole batch): less memory"
+    )
     lr: float = opt(4e-4, "peak learning rate of the LoRA (or all weights)")
     head_lr: float = opt(1e-3, "the copy head starts from random weights: a larger step than the LoRA's")
     warmup: int = opt(20, "linear warm-up steps")

@@ -90,16 +90,10 @@ def loss_on_batch(model, batch: dict, pattern: str, reduction: str = "mean") -> 
     return losses.sum() if reduction == "sum" else losses.mean()
 
 
-def shard(batch: dict, rank: int, world: int) -> dict:
-    """Process `rank`'s contiguous slice of the rows of a global batch (all of it when world == 1):
-    row tensors sliced, the flat `targets` cut where those rows' kept positions are, copy fields
-    kept for those rows and renumbered."""
-    if world == 1:
-        return batch
+def take_rows(batch: dict, lo: int, hi: int) -> dict:
+    """Rows lo..hi of a batch: row tensors sliced, the flat `targets` cut where those rows' kept
+    positions are, copy fields kept for those rows and renumbered."""
     rows = batch["input_ids"].shape[0]
-    if rows < world:
-        raise ValueError(f"batch_size {rows} is smaller than the {world} processes: each needs a row")
-    lo, hi = rank * rows // world, (rank + 1) * rows // world
     kept = torch.cat([torch.zeros(1, dtype=torch.long), batch["keep"].sum(1).cumsum(0)])
     out = {
         k: v[lo:hi] if torch.is_tensor(v) and v.dim() and v.shape[0] == rows and k != "targets" else v
@@ -109,6 +103,36 @@ def shard(batch: dict, rank: int, world: int) -> dict:
     if "copy_fields" in batch:
         out["copy_fields"] = [dataclasses.replace(f, row=f.row - lo) for f in batch["copy_fields"] if lo <= f.row < hi]
     return out
+
+
+def shard(batch: dict, rank: int, world: int) -> dict:
+    """Process `rank`'s contiguous slice of the rows of a global batch (all of it when world == 1)."""
+    if world == 1:
+        return batch
+    rows = batch["input_ids"].shape[0]
+    if rows < world:
+        raise ValueError(f"batch_size {rows} is smaller than the {world} processes: each needs a row")
+    return take_rows(batch, rank * rows // world, (rank + 1) * rows // world)
+
+
+def micro_batches(batch: dict, size: int, multiple: int = 64):
+    """The batch in slices of `size` rows (all of it when size is 0 or covers it), each cut to the
+    width its own rows need (rounded up to `multiple`, as `collate` does): gradient accumulation
+    with less padding and a peak memory of `size` rows instead of the whole batch."""
+    rows = batch["input_ids"].shape[0]
+    if not size or size >= rows:
+        yield batch
+        return
+    for lo in range(0, rows, size):
+        part = take_rows(batch, lo, min(rows, lo + size))
+        width = part["attention_mask"].shape[1]
+        need = -(-int(part["attention_mask"].sum(1).max()) // multiple) * multiple
+        if need < width:
+            part = {
+                k: v[:, :need] if torch.is_tensor(v) and v.dim() == 2 and v.shape[1] == width else v
+                for k, v in part.items()
+            }
+        yield part
 
 
 def average_gradients(params: list[torch.Tensor], world: int) -> None:
@@ -195,20 +219,24 @@ def _loop(cfg, model, opt, sched, accel, params, make_batch, pattern, log, start
     for step in bar:
         t0 = time.time()
         full = make_batch(step)
-        batch = {
-            k: v.to(accel.device) if torch.is_tensor(v) else v
-            for k, v in shard(full, accel.process_index, world).items()
-        }
-        with accel.autocast():
-            if world == 1:
-                loss = loss_on_batch(model, batch, pattern)
-            else:  # this process's share of the global batch's per-token mean
-                loss = loss_on_batch(model, batch, pattern, reduction="sum") * (world / full["targets"].numel())
+        local = shard(full, accel.process_index, world)
+        parts = list(micro_batches(local, cfg.micro_batch))
+        total = torch.zeros(())
+        for part in parts:
+            part = {k: v.to(accel.device) if torch.is_tensor(v) else v for k, v in part.items()}
+            with accel.autocast():
+                if world == 1 and len(parts) == 1:
+                    loss = loss_on_batch(model, part, pattern)
+                else:  # this slice's share of the global batch's per-token mean: the gradients add up
+                    loss = loss_on_batch(model, part, pattern, reduction="sum") * (world / full["targets"].numel())
+            accel.backward(loss)
+            total = total + loss.detach().float().cpu()
         # what is logged: the global batch's mean, as one process computes it
-        loss_value = loss.item() if world == 1 else accel.reduce(loss.detach(), reduction="sum").item() / world
+        loss_value = (
+            total.item() if world == 1 else accel.reduce(total.to(accel.device), reduction="sum").item() / world
+        )
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"loss is {loss_value} at step {step}; last checkpoint kept in {ckpt}")
-        accel.backward(loss)
         if accel.distributed_type != DistributedType.FSDP:
             average_gradients(params, world)
         if cfg.grad_clip:
