@@ -3,7 +3,9 @@
 #   MODEL=models/pipkie TAG=new scripts/eval_dev.sh [pip|ar-forced|ar-free] [suite...]
 # suites: wr-sroie (WildReceipt dev, SROIE keys, dataset OCR), wr-images (the same from the images,
 # rapidocr, cached in $OCR_CACHE), wr-open (keys tel,time,subtotal,tax), sroie-dev (59 receipts
-# carved from SROIE train), kleister (Kleister-NDA dev-0). Default: all five.
+# carved from SROIE train), kleister (Kleister-NDA dev-0), wr-items (WildReceipt dev line items,
+# items[name,quantity,price]), gen-items (the same on 100 held-out generated receipts). Default: the
+# first five.
 # Outputs: results/dev/<suite>-<decode>-$TAG.json (+ .predictions.jsonl, resumed only under the
 # same settings) and a reliability diagram for the WildReceipt suites.
 set -euo pipefail
@@ -33,6 +35,9 @@ for suite in $SUITES; do
     wr-open)   ev "$suite" --dataset wildreceipt --data-dir "$WR" --split dev --keys tel,time,subtotal,tax \
                  --reliability "results/dev/$suite-$DECODE-$TAG.reliability.png" ;;
     sroie-dev) ev "$suite" --dataset sroie --data-dir ../shared/data/sroie --split dev ;;
+    wr-items)  ev "$suite" --dataset wildreceipt --data-dir "$WR" --split dev --keys "items[name,quantity,price]" ;;
+    gen-items) ev "$suite" --dataset generated --data-dir world_receipts --split dev --limit 100 \
+                 --keys "items[name,quantity,price]" ;;
     kleister)  ev "$suite" --dataset kleister_nda --data-dir ../shared/data/kleister_nda --split dev-0 \
                  --keys party,jurisdiction,effective_date,term ;;
     *) echo "unknown suite $suite" >&2; exit 2 ;;
