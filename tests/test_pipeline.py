@@ -149,3 +149,15 @@ def test_cli_without_out_still_prints_json_lines(tiny_model_dir, tmp_path):
     assert res.exit_code == 0, res.output
     printed = [json.loads(line) for line in res.stdout.splitlines()]
     assert [d["document"] for d in printed] == ["d0", "d2", "d1"] and "file" not in printed[0]
+
+
+def test_loading_processes_run_below_the_models_priority(tmp_path):
+    import os
+
+    from pipkie.pipeline import WORKER_NICE, _Loader
+
+    loader = _Loader([tmp_path / "a.txt"], 1, ("rapidocr", 1, 10), None)
+    try:
+        assert loader.pool.submit(os.nice, 0).result(timeout=120) == min(os.nice(0) + WORKER_NICE, 19)
+    finally:
+        loader.pool.shutdown()

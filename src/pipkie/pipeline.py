@@ -16,6 +16,9 @@ What it does, and why:
   different cores at the same time. Workers run ahead by at most two windows, which bounds memory.
   `workers=0` loads each window in this process before decoding it (serial; what `pipkie extract`
   did before). Both paths form the very same batches, so they write the same JSON per file.
+  Workers run at a lower priority (nice +5) than this process: a batch of the model is never
+  slowed by OCR, and with as many workers as cores (`--workers 2` on 2 cores) OCR takes every
+  moment the model's core would idle waiting for documents.
 - **Dynamic batching by length**: the files are taken in windows of `window` (default 2 batches);
   a window's documents are sorted by token length and cut into batches of `batch_size` (and at
   most `max_batch_tokens` padded tokens), so short receipts are not padded to a long one's length.
@@ -198,10 +201,14 @@ def load_file(path: str, engine: str, threads: int, max_pages: int) -> tuple[Doc
         return None, f"{path}: cannot load ({type(e).__name__}: {e})".replace("\n", " "), "load_failed"
 
 
+WORKER_NICE = 5  # loading processes yield the CPU to the model's process (see the module docstring)
+
+
 def _init_worker(engine: str, options: dict | None) -> None:
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.nice(WORKER_NICE)
     configure_ocr(engine, options)
 
 
