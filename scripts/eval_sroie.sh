@@ -6,7 +6,7 @@
 # Outputs: results/sroie-<decoder>$TAG.json and .predictions.jsonl. An interrupted run resumes, but
 # only from predictions made under the same settings (model weights, keys, decoder, data): a file
 # left by another model, such as one committed to the repository, is set aside and every receipt is
-# decoded again (pipkie evaluate says why). Decoder names: pip, ar-free, ar-forced (`ar` = ar-free).
+# decoded again (pipkie evaluate says why). Decoder names: pip, ar-free, ar-forced.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-../shared/data/sroie}
