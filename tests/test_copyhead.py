@@ -296,3 +296,52 @@ def test_refit_head_on_frozen_features(tokenizer, shared_data, tmp_path):
     assert settings.confidence_calibration is None and any("confidence_calibration removed" in m for m in lines)
     assert summary["nll_after"]["val"] < summary["nll_before"]["val"]  # the refit helped on held-out fields
     assert any(not torch.equal(old[k], new[k]) for k in old)  # ... and the saved head is the refitted one
+
+
+def test_a_later_item_starts_past_the_previous_one():
+    """`after`: the start distribution is 0 up to that stream index and still a distribution; with
+    nothing left after it the field is left as it was."""
+    from pipkie.model.copyhead import start_gate_past
+
+    torch.manual_seed(0)
+    head = CopyHead(16, dim=8).eval()
+    hidden = torch.randn(1, 30, 16)
+    span = FieldSpan(0, torch.arange(20, 26), torch.arange(0, 20), torch.arange(100, 120), end_id=5)
+    free, _, _ = start_gate_past(head, hidden, span)
+    after, _, past = start_gate_past(head, hidden, span, after=7)
+    assert after[:8].sum() == 0 and after.sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert torch.allclose(after[8:], free[8:] / free[8:].sum(), atol=1e-6)
+    assert torch.equal(start_gate_past(head, hidden, span, after=19)[0], free)
+    assert ((past >= 0) & (past <= 1)).all()
+
+
+def test_items_decode_in_document_order(tokenizer):
+    """Two item groups of a random model: with MONOTONE_ITEMS the second item's fields point past
+    the first's (here: its name starts later in the document)."""
+    from pipkie.decoding.pip import OnePass, predict_slots
+    from pipkie.model import groups
+
+    model = tiny_model(tokenizer, "llama", slot_tokens=6)
+    torch.manual_seed(3)
+    attach(model, CopyHead(model.config.hidden_size, dim=16).eval())
+    from pipkie.schema import Group, Key
+
+    b = TemplateBuilder(tokenizer, max_length=400, default_budget=6, slot_tokens=6, field_blocks=True, copy=True)
+    schema = KeySchema((), (Group("items", (Key("name"), Key("price")), 4),))
+    enc = b.pip("1 apple 2.00\n2 berry 3.00\n3 cedar 4.00\n4 delta 5.00", schema)
+    run = OnePass(model, b, [enc], pattern="prefix_causal")
+    hidden, slots = run._hidden(run.ids)
+    starts = {}
+    for monotone in (False, True):
+        trace = []
+        groups.MONOTONE_ITEMS = monotone
+        try:
+            with torch.no_grad():
+                predict_slots(model, b, [enc], hidden, slots, run.offsets, trace=trace)
+        finally:
+            groups.MONOTONE_ITEMS = True
+        names = [f for f in enc.fields if f.group and f.field == "name"]
+        starts[monotone] = [int(torch.tensor(trace[0][f.key].p_start).argmax()) for f in names]
+    increasing = lambda xs: all(a < b for a, b in zip(xs, xs[1:]))  # noqa: E731
+    assert len(starts[True]) == 4 and not increasing(starts[False])  # untrained: every item on one place
+    assert increasing(starts[True])

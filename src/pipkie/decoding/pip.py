@@ -21,6 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from pipkie.decoding.base import Decoder
+from pipkie.model import groups as item_groups
 from pipkie.model.attention import build_attention_mask, causal_rows
 from pipkie.model.copyhead import FieldSpan, get_head, mixture, start_gate_past, stream_keys
 from pipkie.model.template import Encoded, TemplateBuilder
@@ -177,6 +178,7 @@ def predict_slots(
         keys = stream_keys(head, hidden[r], stream + offsets[r])  # (M, d), shared by the row's fields
         if trace is not None:
             trace.append({})
+        previous: dict[tuple[str, str], int] = {}  # (list, field) -> where the previous item's value starts
         for f in e.fields:
             span = FieldSpan(
                 row=r,
@@ -186,7 +188,10 @@ def predict_slots(
                 end_id=builder.end_id,
                 keys=keys,
             )
-            p_start, gate, past = start_gate_past(head, hidden, span)
+            item_field = (f.group, f.field) if f.group is not None and item_groups.MONOTONE_ITEMS else None
+            p_start, gate, past = start_gate_past(head, hidden, span, after=previous.get(item_field))
+            if item_field:  # items follow the document's order: the next one points past this one
+                previous[item_field] = int(p_start.argmax())
             if trace is not None:
                 trace[-1][f.key] = CopyTrace(f.key, stream.tolist(), p_start.tolist(), gate.tolist(), past.tolist())
             ended = (past > 0.5).nonzero()

@@ -127,13 +127,16 @@ def _reach(p_start: torch.Tensor, shifted: torch.Tensor) -> torch.Tensor:
     return (p_start @ (shifted >= 0).float()).clamp_min(1e-12)
 
 
-def start_gate_past(head: CopyHead, hidden: torch.Tensor, f: FieldSpan):
+def start_gate_past(head: CopyHead, hidden: torch.Tensor, f: FieldSpan, after: int | None = None):
     """p_start (M,), gate (K,) and past (K,): the chance that slot j lies past the value's end;
     everything the mixture needs besides the LM head. past_j > 0.5 makes `<|pip_end|>` slot j's
     argmax whatever the LM head says (it has p ≥ past_j, all other tokens together 1 − past_j), so
-    the decoder skips the LM head from the first such slot on."""
+    the decoder skips the LM head from the first such slot on.
+
+    `after` (a stream index): the value starts past it (p_start is 0 up to it, renormalised), as
+    item i + 1 of a list starts after item i (`pipkie.model.groups`); ignored when nothing is left."""
     with torch.autocast(hidden.device.type, enabled=False):  # sums of probabilities: float32 throughout
-        return _start_and_gate_fp32(head, hidden[f.row].float(), f)
+        return _start_and_gate_fp32(head, hidden[f.row].float(), f, after)
 
 
 def stream_keys(head: CopyHead, h: torch.Tensor, stream: torch.Tensor) -> torch.Tensor:
@@ -143,12 +146,14 @@ def stream_keys(head: CopyHead, h: torch.Tensor, stream: torch.Tensor) -> torch.
         return head.stream_keys(h[stream].float(), h[(stream - 1).clamp_min(0)].float())
 
 
-def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan):
+def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, after: int | None = None):
     slots, stream = f.slots.to(h.device), f.stream.to(h.device)
     keys = f.keys if f.keys is not None else stream_keys(head, h, stream)
     start, end = head.span_logits(h[slots[0]], keys)
-    p_start = start.softmax(-1)  # (M,)
     m, k = len(stream), len(slots)
+    if after is not None and after + 1 < m:
+        start = start.masked_fill(torch.arange(m, device=h.device) <= after, float("-inf"))
+    p_start = start.softmax(-1)  # (M,)
     prior = head.length(h[slots[0]])  # (1 + MAX_LENGTH,)
     lengths = torch.arange(1, k + 1, device=h.device)  # (K,)
     after = torch.arange(m, device=h.device)[:, None] + lengths[None, :]  # (M, K): the end for start m, length L

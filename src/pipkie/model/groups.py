@@ -21,7 +21,10 @@ field, then the field's slots:
   one below a group's is its previous group. Templates packed after one document in training leave
   one id unused between their runs of groups, so no template's first group sees another's last.
 - Copy head: every field of every group is one more field with slots (`FieldSlots` with `group`,
-  `item` and `field` set), pointing into the document like a flat field.
+  `item` and `field` set), pointing into the document like a flat field. Decoding keeps the items
+  in the document's order (`MONOTONE_ITEMS`): the start of item i's field is searched only past
+  where item i − 1's same field starts (a constraint on the copy head's start distribution, in
+  the same single pass), so two items cannot take the same line.
 - AR (the baseline writes the list in the same layout): after the flat answers, item i's fields as
   `"\\nitems i name:" value <|pip_end|>`, …, and after the last item, the first header of the next
   item closed at once by `<|pip_end|>` (the "no more items" signal; none when all K items are
@@ -39,6 +42,7 @@ from pipkie.model.attention import GROUP_BLOCK  # block ids above it are group b
 from pipkie.schema import Group, Key, KeySchema
 
 DEFAULT_ITEMS = 24  # items of a list without maxItems, when they fit
+MONOTONE_ITEMS = True  # decoding: item i's fields start past item i - 1's (see the module docstring)
 ITEMS_SHARE = 0.5  # a list without maxItems gets at most this share of the context
 # slots of an item's field without a budget of its own (by name; else the builder's default)
 ITEM_BUDGETS = {
