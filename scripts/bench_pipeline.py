@@ -99,7 +99,7 @@ def main(argv=None) -> dict:
         decode_documents(ex, docs[i : i + window], schema=schema, batch_size=args.batch_size)
     seconds["model"] = time.perf_counter() - t0
 
-    errors = {}
+    errors, values = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, workers in (("serial", 0), ("pipelined", args.workers)):
             t0 = time.perf_counter()
@@ -119,6 +119,7 @@ def main(argv=None) -> dict:
             )
             seconds[name] = time.perf_counter() - t0
             errors[name] = sum(o.error is not None for o in outcomes)
+            values[name] = {str(o.file): o.result.values() if o.result else o.error for o in outcomes}
 
     per_min = {k: round(60 * len(files) / v, 2) for k, v in seconds.items()}
     ideal = max(seconds["ocr"], seconds["model"])
@@ -139,6 +140,7 @@ def main(argv=None) -> dict:
         seconds={k: round(v, 2) for k, v in seconds.items()},
         files_per_min=per_min,
         errors=errors,
+        same_values=values["serial"] == values["pipelined"],  # every file's extracted values
         ratios={
             "pipelined/serial": round(seconds["serial"] / seconds["pipelined"], 3),
             "pipelined/ideal": round(ideal / seconds["pipelined"], 3),
@@ -148,6 +150,7 @@ def main(argv=None) -> dict:
     for k, v in per_min.items():
         print(f"{k:>10}: {v:8.2f} files/min  ({seconds[k]:.1f} s)")
     print("ratios: " + ", ".join(f"{k} {v}" for k, v in report["ratios"].items()))
+    print(f"serial and pipelined values identical: {report['same_values']}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")

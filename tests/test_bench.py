@@ -233,7 +233,15 @@ def test_a_killed_bench_resumes_where_it_stopped(tiny_model_dir, shared_data, tm
         bench(**kw, log=dies_after_the_first_batch)
     except Killed:
         pass
-    partial = json.loads((tmp_path / "bench.json.partial").read_text())
+    saved = (tmp_path / "bench.json.partial").read_text()
+    other = []  # another set of methods is another interleaving: not resumed
+    try:
+        bench(**{**kw, "methods": ("pip",)}, log=lambda m: (other.append(m), dies_after_the_first_batch(m)))
+    except Killed:
+        pass
+    assert any("another setting" in line for line in other)
+    (tmp_path / "bench.json.partial").write_text(saved)
+    partial = json.loads(saved)
     first = partial["batches"]["1"]
     assert first["done"] == 1 and not out.exists()
     assert all(len(first["raw"][m]["times"]) == 1 for m in ("floor", "pip", "ar-forced"))

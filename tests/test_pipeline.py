@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from pipkie.pipeline import done_files, expand_inputs, extract_files, length_batches
@@ -68,10 +69,11 @@ def test_length_batches_group_similar_lengths_deterministically():
     assert length_batches([], 4) == []
 
 
-def test_pipelined_and_serial_runs_write_the_same_json(tiny_extractor, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pipelined_and_serial_runs_write_the_same_json(tiny_extractor, tmp_path, workers):
     files = expand_inputs([make_folder(tmp_path)])
     run(tiny_extractor, files, out=tmp_path / "serial.jsonl", workers=0)
-    run(tiny_extractor, files, out=tmp_path / "piped.jsonl", workers=1)
+    run(tiny_extractor, files, out=tmp_path / "piped.jsonl", workers=workers)
     serial, piped = rows(tmp_path / "serial.jsonl"), rows(tmp_path / "piped.jsonl")
     assert [r["file"] for r in serial] == [str(f) for f in files]  # input order
     assert [without_time(r) for r in piped] == [without_time(r) for r in serial]

@@ -266,6 +266,7 @@ def bench(
         parameters=sum(p.numel() for p in model.parameters()),
         documents=len(docs),
         order="by token count",
+        methods=list(methods),  # the methods interleaved batch by batch: a resume needs the same set
     )
     log(f"bench: {env}")
     partial = Path(str(json_path) + ".partial") if json_path else None
@@ -379,7 +380,8 @@ def bench(
 
 
 def _resume(partial: Path | None, env: dict, log) -> dict | None:
-    """The previous run's partial result, if it measured the same setting (model, threads, documents)."""
+    """The previous run's partial result, if it measured the same setting (model, threads, documents,
+    methods)."""
     if not partial or not partial.exists():
         return None
     prev = json.loads(partial.read_text())
