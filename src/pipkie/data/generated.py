@@ -2,7 +2,7 @@
 
     read_dataset("generated", "world_receipts", "dev", limit=200)   # pipkie evaluate --dataset generated
 
-`GENERATORS` names the document generators (`pipkie.data.receipts`, `pipkie.data.synthetic`) that
+`GENERATED` names the document generators (`pipkie.data.receipts`, `pipkie.data.synthetic`) that
 training mixtures draw from (`pipkie.train.mixture`). Training draws document i of a generator with
 seed `TrainConfig.seed + 1` and i below the source's `n` (at most a few 10,000s); the held-out set
 is documents from index `HELD_OUT_START` on, with its own seed, so no training run of this project

@@ -146,13 +146,13 @@ def stream_keys(head: CopyHead, h: torch.Tensor, stream: torch.Tensor) -> torch.
         return head.stream_keys(h[stream].float(), h[(stream - 1).clamp_min(0)].float())
 
 
-def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, after: int | None = None):
+def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, start_after: int | None = None):
     slots, stream = f.slots.to(h.device), f.stream.to(h.device)
     keys = f.keys if f.keys is not None else stream_keys(head, h, stream)
     start, end = head.span_logits(h[slots[0]], keys)
     m, k = len(stream), len(slots)
-    if after is not None and after + 1 < m:
-        start = start.masked_fill(torch.arange(m, device=h.device) <= after, float("-inf"))
+    if start_after is not None and start_after + 1 < m:
+        start = start.masked_fill(torch.arange(m, device=h.device) <= start_after, float("-inf"))
     p_start = start.softmax(-1)  # (M,)
     prior = head.length(h[slots[0]])  # (1 + MAX_LENGTH,)
     lengths = torch.arange(1, k + 1, device=h.device)  # (K,)

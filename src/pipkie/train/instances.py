@@ -177,12 +177,17 @@ def copy_instance(
     return inst
 
 
+def padded_width(length: int, multiple: int = 64) -> int:
+    """`length` rounded up to a multiple of `multiple` (the width of a padded batch)."""
+    return -(-length // multiple) * multiple
+
+
 def collate(instances: list[Instance], pad_id: int, *, end_id: int = -1, multiple: int = 64) -> dict:
     """Right-padded batch tensors; `keep` marks the positions whose logits are computed.
 
     The width is rounded up to a multiple of `multiple`: a handful of distinct shapes instead of
     one per batch keeps the CPU kernels' per-shape caches (and the process's memory) bounded."""
-    width = -(-max(len(x.ids) for x in instances) // multiple) * multiple
+    width = padded_width(max(len(x.ids) for x in instances), multiple)
     B = len(instances)
     ids = torch.full((B, width), pad_id, dtype=torch.long)
     pos = torch.zeros((B, width), dtype=torch.long)

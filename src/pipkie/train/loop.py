@@ -42,6 +42,7 @@ from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_
 from pipkie.model.attention import build_attention_mask
 from pipkie.model.copyhead import field_nll, get_head
 from pipkie.train.config import TrainConfig
+from pipkie.train.instances import padded_width
 
 CKPT = "checkpoint"
 
@@ -126,7 +127,7 @@ def micro_batches(batch: dict, size: int, multiple: int = 64):
     for lo in range(0, rows, size):
         part = take_rows(batch, lo, min(rows, lo + size))
         width = part["attention_mask"].shape[1]
-        need = -(-int(part["attention_mask"].sum(1).max()) // multiple) * multiple
+        need = padded_width(int(part["attention_mask"].sum(1).max()), multiple)
         if need < width:
             part = {
                 k: v[:, :need] if torch.is_tensor(v) and v.dim() == 2 and v.shape[1] == width else v
