@@ -9,7 +9,7 @@
 
 One step feeds every unfinished row a chunk (its last token, plus any forced tokens); chunks are
 left-padded to the same width with masked pads, so every row's last real token sits in the last
-column and `logits_to_keep=1` gives each row its next-token logits.
+column, whose final state gives each row its next token (`slot_head.greedy`: the same LM head as PIP's).
 
 Lists (`pipkie.model.groups`): the answer goes on with `"\nitems 1 name:" value <|pip_end|>` … item by
 item; forced decoding writes each item's headers and ends a list when an item's first field is
@@ -24,7 +24,8 @@ import torch
 from transformers import DynamicCache
 
 from pipkie.decoding.base import Decoder
-from pipkie.decoding.pip import FieldResult, Prediction, _field_result, _geo_mean, left_pad, positions
+from pipkie.decoding.pip import FieldResult, Prediction, _field_result, _geo_mean, final_hidden, left_pad, positions
+from pipkie.decoding.slot_head import greedy
 from pipkie.model.groups import ar_steps, collect, parse_free_item
 from pipkie.model.template import TemplateBuilder
 from pipkie.schema import KeySchema
@@ -76,14 +77,11 @@ def ar_decode(
         chunks.append(enc.input_ids + ([] if free else steps[0].header))
     ids, attn = left_pad(chunks, builder.pad_id)
     cache = DynamicCache(config=model.config)
-    out = model(
-        input_ids=ids, attention_mask=attn, position_ids=positions(attn), cache=cache, use_cache=True, logits_to_keep=1
-    )
+    last = final_hidden(model, ids, attn, positions(attn), cache)[:, -1]
     seen = attn.sum(-1)  # real tokens per row so far
     stats = stats or ARStats()
     while True:
-        probs = out.logits[:, -1].float().softmax(-1)
-        conf, nxt = probs.max(-1)
+        conf, nxt = greedy(model, last)  # the LM head's argmax (pipkie.decoding.slot_head)
         chunks = [
             _advance(builder, r, int(t), float(p)) if not r.done else []
             for r, t, p in zip(rows, nxt.tolist(), conf.tolist())
@@ -96,9 +94,7 @@ def ar_decode(
         attn = torch.cat([attn, step_attn], dim=1)
         pos = positions(step_attn, seen)
         seen = seen + step_attn.sum(-1)
-        out = model(
-            input_ids=step, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1
-        )
+        last = final_hidden(model, step, attn, pos, cache)[:, -1]
         stats.steps += 1
     return [_finish(builder, r) for r in rows]
 

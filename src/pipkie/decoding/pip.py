@@ -21,9 +21,10 @@ import torch
 from transformers import DynamicCache
 
 from pipkie.decoding.base import Decoder
+from pipkie.decoding.slot_head import choose, lm_logits
 from pipkie.model import groups as item_groups
 from pipkie.model.attention import build_attention_mask, causal_rows
-from pipkie.model.copyhead import FieldSpan, get_head, mixture, start_gate_past, stream_keys
+from pipkie.model.copyhead import FieldSpan, get_head, start_gate_past, stream_keys
 from pipkie.model.template import Encoded, TemplateBuilder
 from pipkie.schema import KeySchema
 
@@ -101,14 +102,6 @@ def final_hidden(model, ids, attention_mask, position_ids, cache=None, **model_i
         **model_inputs,
     )
     return out.last_hidden_state
-
-
-def lm_logits(model, rows: torch.Tensor) -> torch.Tensor:
-    """(n, H) final hidden states -> (n, vocab) float32 logits: the causal LM's head, as its forward
-    applies it (Gemma-style soft-capping included)."""
-    logits = model.get_output_embeddings()(rows).float()
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    return torch.tanh(logits / cap) * cap if cap else logits
 
 
 def pip_hidden(model, ids, attn, block_ids, *, pattern: str, cache=None, start=None, **model_inputs):
@@ -199,14 +192,13 @@ def predict_slots(
             fields.append((total, n, span, p_start, gate, past))
             need.append(torch.arange(total, total + n))
             total += f.length
-    logits = lm_logits(model, slot_hidden[torch.cat(need)])  # (slots needed, vocab)
-    conf = torch.empty(total, device=logits.device)
-    toks = torch.full((total,), builder.end_id, dtype=torch.long, device=logits.device)
+    chosen = choose(model, slot_hidden[torch.cat(need)], [(n, span, p, g, past) for _, n, span, p, g, past in fields])
+    conf = torch.empty(total, device=slot_hidden.device)
+    toks = torch.full((total,), builder.end_id, dtype=torch.long, device=slot_hidden.device)
     j = 0
-    for i, n, span, p_start, gate, past in fields:
+    for i, n, _, _, _, past in fields:
         conf[i : i + len(past)] = past  # skipped slots: <|pip_end|> with p >= past
-        c, t = mixture(logits[j : j + n], p_start, gate, past, span).max(-1)
-        conf[i : i + n], toks[i : i + n] = c, t
+        conf[i : i + n], toks[i : i + n] = chosen[0][j : j + n], chosen[1][j : j + n]
         j += n
     return conf, toks
 

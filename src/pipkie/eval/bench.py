@@ -35,6 +35,7 @@ from pipkie.data import read_dataset
 from pipkie.decoding import DECODERS, Decoder, get_decoder
 from pipkie.decoding.ar import ar_decode
 from pipkie.decoding.pip import pip_decode
+from pipkie.decoding.slot_head import fast_head
 from pipkie.eval.metrics import Scores
 from pipkie.io.document import serialize
 from pipkie.model.modeling import builder_for, load_model, model_for_decode
@@ -133,9 +134,12 @@ def _kernel_peak() -> int:
 
 
 def _weights_mb(model) -> float:
-    """Bytes of the model's parameters and buffers (tied weights counted once), in MB."""
+    """Bytes of the model's parameters and buffers (tied weights counted once) and of the LM head's
+    bf16 copy (`pipkie.decoding.slot_head.fast_head`, once used), in MB."""
+    from pipkie.decoding.slot_head import cache_bytes
+
     tensors = {t.data_ptr(): t for t in list(model.parameters()) + list(model.buffers())}
-    return sum(t.numel() * t.element_size() for t in tensors.values()) / 2**20
+    return (sum(t.numel() * t.element_size() for t in tensors.values()) + cache_bytes(model)) / 2**20
 
 
 def _rss() -> int:
@@ -158,12 +162,14 @@ def run_method(model, builder, texts, schema, method: str, pattern: str):
 
 @torch.inference_mode()
 def floor_pass(model, builder, texts, schema) -> None:
-    """One plain causal forward over inputs as long as PIP's (the floor PIP is compared with)."""
-    from pipkie.decoding.pip import left_pad, positions
+    """One plain causal forward over inputs as long as PIP's and the next token of each row, on the
+    decoders' LM head (the floor PIP is compared with: what any decoder pays to read PIP's input)."""
+    from pipkie.decoding.pip import final_hidden, left_pad, positions
+    from pipkie.decoding.slot_head import greedy
 
     encs = [builder.pip(t, schema) for t in texts]
     ids, attn = left_pad([e.input_ids for e in encs], builder.pad_id)
-    model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), logits_to_keep=1, use_cache=False)
+    greedy(model, final_hidden(model, ids, attn, positions(attn))[:, -1])
 
 
 def _measure(m, b, chunk, schema, method: str, pattern: str):
@@ -262,6 +268,7 @@ def bench(
         model=model_path,
         ar_model=ar_model_path,
         attention=model.config._attn_implementation,
+        lm_head="bf16 (AMX), decisions checked against float32" if fast_head(model) else "float32",
         repeats=repeats,
         parameters=sum(p.numel() for p in model.parameters()),
         documents=len(docs),
