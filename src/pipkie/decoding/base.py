@@ -47,10 +47,19 @@ class Decoder(ABC):
     def reserved(self, builder: TemplateBuilder, schema: KeySchema) -> int:
         """Tokens kept free next to the document for the answer (template or AR answer budget)."""
 
-    def __call__(self, model, builder, texts, schemas, *, pattern="prefix_causal", refine_steps=0, trace=None):
+    def __call__(
+        self, model, builder, texts, schemas, *, pattern="prefix_causal", refine_steps=0, trace=None, snap=True
+    ):
+        """`decode`, and with `snap` every value that ends inside a document word completed to the
+        word's end (`pipkie.decoding.snap`), for every decoder alike."""
         if refine_steps and not self.refines:
             raise ValueError(f"decode {self.name!r} does not refine (refine_steps={refine_steps})")
-        return self.decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace)
+        preds = self.decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace)
+        if snap:
+            from pipkie.decoding.snap import snap_predictions
+
+            snap_predictions(preds, texts)
+        return preds
 
     def __repr__(self) -> str:
         return f"<Decoder {self.name}>"

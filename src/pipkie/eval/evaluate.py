@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pipkie.decoding import get_decoder
+from pipkie.decoding.snap import SNAP
 from pipkie.eval.calibration import calibrated_pairs, calibration, calibration_pairs, reliability_diagram
 from pipkie.eval.gold import gold_fields, gold_items, gold_warnings, load_documents, parse_key_map
 from pipkie.eval.metrics import ItemScores, Scores
@@ -174,6 +175,7 @@ def evaluate(
         data_dir=str(Path(data_dir).resolve()),
         limit=limit,
         key_map=key_map,
+        post=SNAP,  # values snapped to document words (predictions from before are decoded again)
         **(
             {
                 "lists": [

@@ -1,0 +1,59 @@
+"""Values snapped to the document's words (pipkie.decoding.snap), for every decoder alike."""
+
+import pytest
+
+from pipkie.decoding.pip import FieldResult
+from pipkie.decoding.snap import snap_predictions, snap_to_words
+from pipkie.model.groups import ItemsResult
+
+TEXT = "BIBIM $13.99\nPORKDUMPLINT1 $14.99\nMR. D.I.Y. SDN BHD (126926-H)\nTOTAL $60.44\n13.99"
+
+
+@pytest.mark.parametrize(
+    "value, snapped",
+    [
+        ("PORKD", "PORKDUMPLINT1"),  # cut inside a word
+        ("$60.4", "$60.44"),  # ... inside a number
+        ("SDN B", "SDN BHD"),
+        ("13.", "13.99"),  # two occurrences, one completion
+        ("$1", "$1"),  # two completions ($13.99, $14.99): ambiguous, left alone
+        ("SDN BHD (", "SDN BHD ("),  # ends in punctuation: a token boundary
+        ("MR. D.I.Y", "MR. D.I.Y"),  # stops before punctuation (`.`): whole
+        ("BIBIM", "BIBIM"),  # whole
+        ("$13.99", "$13.99"),
+        ("2016-12-30", "2016-12-30"),  # not in the text (normalised): left alone
+        (None, None),
+        ("", ""),
+    ],
+)
+def test_snap_to_words(value, snapped):
+    assert snap_to_words(value, TEXT) == snapped
+
+
+def test_a_value_whole_somewhere_is_not_extended():
+    assert snap_to_words("ACME", "ACMEFOODS\nACME") == "ACME"
+
+
+def test_snap_predictions_reaches_flat_values_and_items_and_keeps_confidences():
+    preds = [
+        {
+            "total": FieldResult("$60.4", 0.8, [1, 2]),
+            "date": FieldResult(None, 0.1),
+            "items": ItemsResult(items=[{"name": FieldResult("PORKD", 0.5), "price": FieldResult("$14.99", 0.9)}]),
+        }
+    ]
+    snap_predictions(preds, [TEXT])
+    p = preds[0]
+    assert (p["total"].value, p["total"].confidence, p["total"].tokens) == ("$60.44", 0.8, [1, 2])
+    assert p["date"].value is None
+    assert p["items"].value == [{"name": "PORKDUMPLINT1", "price": "$14.99"}]
+
+
+def test_every_decoder_snaps_unless_asked_not_to(monkeypatch):
+    from pipkie.decoding import get_decoder
+
+    for name in ("pip", "ar-forced", "ar-free"):
+        dec = get_decoder(name)
+        monkeypatch.setattr(type(dec), "decode", lambda self, *a, **k: [{"total": FieldResult("$60.4", 0.9)}])
+        assert dec(None, None, [TEXT], [None])[0]["total"].value == "$60.44"
+        assert dec(None, None, [TEXT], [None], snap=False)[0]["total"].value == "$60.4"
