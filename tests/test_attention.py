@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from pipkie.decoding.pip import _block_ids, _slot_mask, encode_document, pip_decode_cached, pip_forward
+from pipkie.decoding.cached import encode_document, pip_decode_cached
+from pipkie.decoding.pip import _block_ids, _slot_mask, pip_forward
 from pipkie.model.template import TemplateBuilder
 from pipkie.schema import KeySchema
 from tests.conftest import tiny_model

@@ -6,7 +6,8 @@ import random
 import pytest
 import torch
 
-from pipkie.decoding.pip import encode_document, pip_decode, pip_decode_cached
+from pipkie.decoding.cached import encode_document, pip_decode_cached
+from pipkie.decoding.pip import pip_decode
 from pipkie.model.copyhead import CopyHead, FieldSpan, attach, field_nll, field_probs, get_head
 from pipkie.model.template import TemplateBuilder
 from pipkie.schema import KeySchema

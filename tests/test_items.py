@@ -335,15 +335,8 @@ def test_ar_forced_stops_a_list_when_an_item_closes_at_once(tokenizer, monkeypat
 def test_split_and_cached_passes_equal_the_one_pass_for_lists(tokenizer):
     """The group attention through a KV cache (SplitPass, the cached-document route) gives the one
     pass's predictions of every slot: the chain mask holds with a cache offset too."""
-    from pipkie.decoding.pip import (
-        OnePass,
-        SplitPass,
-        _block_ids,
-        _slot_mask,
-        encode_document,
-        pip_decode_cached,
-        pip_forward,
-    )
+    from pipkie.decoding.cached import encode_document, pip_decode_cached
+    from pipkie.decoding.pip import OnePass, SplitPass, _block_ids, _slot_mask, pip_forward
 
     model = tiny_model(tokenizer)
     b = TemplateBuilder(tokenizer, max_length=512, default_budget=3, field_blocks=True)
