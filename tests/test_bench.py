@@ -6,7 +6,8 @@ import time
 import pytest
 import torch
 
-from pipkie.eval.bench import bench, markdown_table
+from pipkie.eval.bench import bench
+from pipkie.eval.bench_report import markdown_table
 from tests.test_extract import AR_BASELINE, BUDGETS, tiny_model_dir  # noqa: F401  (session fixture)
 
 
@@ -187,7 +188,8 @@ def test_repeats_keep_each_methods_fastest_time(tiny_model_dir, shared_data, mon
 
 
 def test_sweeps_plot(tiny_model_dir, tmp_path):  # noqa: F811
-    from pipkie.eval.bench import plot, run_sweeps
+    from pipkie.eval.bench import run_sweeps
+    from pipkie.eval.bench_report import plot
     from pipkie.model.modeling import builder_for, load_model
 
     model, tok, settings = load_model(tiny_model_dir)
@@ -264,16 +266,16 @@ def test_a_killed_bench_resumes_where_it_stopped(tiny_model_dir, shared_data, tm
 def test_peak_rss_sees_a_freed_allocation(monkeypatch, kernel):
     """The peak is measured while the block runs, freed memory included: with the kernel's counter
     (Linux) and with the sampling thread (elsewhere)."""
-    from pipkie.eval import bench
+    from pipkie.eval import memory
 
     if not kernel:
-        monkeypatch.setattr(bench, "_reset_peak", lambda: False)
-    with bench.PeakRSS() as mem:
+        monkeypatch.setattr(memory, "reset_peak", lambda: False)
+    with memory.PeakRSS() as mem:
         x = torch.ones(64 * 2**20 // 4)  # 64 MB, written
         time.sleep(0.05)
         del x
     assert 50 < mem.mb < 200
-    with bench.PeakRSS() as quiet:
+    with memory.PeakRSS() as quiet:
         time.sleep(0.01)
     assert quiet.mb < 20
 

@@ -168,8 +168,9 @@ def bench(
     """Time PIP against AR (free and forced) side by side, with the single-prefill floor.
 
     The AR methods run the PIP model's AR baseline (its pipkie.json's ar_baseline) or --ar-model."""
-    from pipkie.eval.bench import all_methods, markdown_table, method_decoder
+    from pipkie.eval.bench import all_methods, method_decoder
     from pipkie.eval.bench import bench as run
+    from pipkie.eval.bench_report import markdown_table
     from pipkie.model.modeling import default_model_path, model_for_decode
 
     n = set_threads(threads)

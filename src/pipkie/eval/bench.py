@@ -25,7 +25,6 @@ import json
 import os
 import random
 import statistics
-import threading
 import time
 from pathlib import Path
 
@@ -36,6 +35,8 @@ from pipkie.decoding import DECODERS, Decoder, get_decoder
 from pipkie.decoding.ar import ar_decode
 from pipkie.decoding.pip import pip_decode
 from pipkie.decoding.slot_head import fast_head
+from pipkie.eval.bench_report import plot
+from pipkie.eval.memory import PeakRSS, weights_mb
 from pipkie.eval.metrics import Scores
 from pipkie.io.document import serialize
 from pipkie.model.modeling import builder_for, load_model, model_for_decode
@@ -60,91 +61,6 @@ def method_decoder(method: str) -> tuple[Decoder, int]:
     if method not in all_methods():
         raise ValueError(f"unknown method {method!r}; choose among {', '.join(all_methods())}")
     return get_decoder(name), int(steps or 0)
-
-
-def _release_memory() -> None:
-    """Return freed heap pages to the OS, so that each method's RSS peak starts from the same floor
-    (otherwise a method timed after another reuses its freed pages and shows no growth)."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:  # not glibc
-        pass
-
-
-class PeakRSS:
-    """Peak resident memory of this process while the block runs, minus the RSS at its start.
-
-    On Linux the kernel keeps the peak (VmHWM) and resets it on request (/proc/self/clear_refs):
-    exact, and nothing runs beside the timed code. Elsewhere a thread samples the RSS every 2 ms,
-    which takes the GIL 500 times a second: it slows Python-heavy code (PIP's copy head, AR's
-    decoding loop) more than one long forward pass (the floor)."""
-
-    def __enter__(self):
-        _release_memory()
-        self.base = self.peak = _rss()
-        self._t = None
-        if _reset_peak():
-            return self
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._watch, daemon=True)
-        self._t.start()
-        return self
-
-    def _watch(self):
-        while not self._stop.wait(0.002):
-            self.peak = max(self.peak, _rss())
-
-    def __exit__(self, *exc):
-        if self._t is None:
-            self.peak = max(self.base, _kernel_peak())
-            return
-        self._stop.set()
-        self._t.join()
-        self.peak = max(self.peak, _rss())
-
-    @property
-    def mb(self) -> float:
-        return (self.peak - self.base) / 2**20
-
-
-def _reset_peak() -> bool:
-    """Reset the kernel's peak-RSS counter of this process to its current RSS (Linux ≥ 4.0)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return _kernel_peak() > 0
-    except OSError:
-        return False
-
-
-def _kernel_peak() -> int:
-    """VmHWM of /proc/self/status in bytes (0 when not available)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def _weights_mb(model) -> float:
-    """Bytes of the model's parameters and buffers (tied weights counted once) and of the LM head's
-    bf16 copy (`pipkie.decoding.slot_head.fast_head`, once used), in MB."""
-    from pipkie.decoding.slot_head import cache_bytes
-
-    tensors = {t.data_ptr(): t for t in list(model.parameters()) + list(model.buffers())}
-    return (sum(t.numel() * t.element_size() for t in tensors.values()) + cache_bytes(model)) / 2**20
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def value_tokens(builder, preds) -> int:
@@ -197,7 +113,7 @@ def _summarize(raw: dict, docs, schema, model, *, scored: bool) -> dict:
         tokens=raw["tokens"],
         tokens_per_s=raw["tokens"] / total if total else 0.0,
         peak_rss_mb=round(raw["rss_mb"], 1),
-        footprint_mb=round(_weights_mb(model) + raw["rss_mb"], 1),
+        footprint_mb=round(weights_mb(model) + raw["rss_mb"], 1),
         cuda_peak_mb=torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
         anls=anls,
     )
@@ -459,55 +375,3 @@ def run_sweeps(
                 if save:
                     save()
     return out
-
-
-def plot(result: dict, plot_dir: str) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir = Path(plot_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    env = result["env"]
-    for axis, label in (("keys", "number of keys (8 tokens each)"), ("value_length", "value length (tokens, 4 keys)")):
-        if "sweeps" not in result:
-            break
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        for bs, pts in result["sweeps"][axis].items():
-            ax.plot([p["x"] for p in pts], [p["speedup"] for p in pts], marker="o", label=f"batch {bs}")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel(label)
-        ax.set_ylabel("speed-up of PIP over AR-forced")
-        ax.set_title(f"{env['threads']} CPU thread(s), {env['parameters'] / 1e6:.0f}M params", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        p = out_dir / f"speedup_{axis}.png"
-        fig.savefig(p, dpi=120)
-        plt.close(fig)
-        paths.append(p)
-    (out_dir / "bench.md").write_text(markdown_table(result))
-    return paths
-
-
-def markdown_table(result: dict) -> str:
-    lines = [
-        f"threads: {result['env']['threads']}, documents: {result['env']['documents']}, "
-        f"model: {result['env']['parameters'] / 1e6:.0f}M parameters",
-        "",
-        "| batch | method | median s/doc | p90 s/doc | value tokens/s | working MB | footprint MB | ANLS |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for bs, b in result["batches"].items():
-        for m, r in b["methods"].items():
-            anls = f"{100 * r['anls']:.1f}" if r["anls"] is not None else "—"
-            lines.append(
-                f"| {bs} | {m} | {r['median_s']:.4f} | {r['p90_s']:.4f} | {r['tokens_per_s']:.0f} | "
-                f"{r['peak_rss_mb']:.0f} | {r.get('footprint_mb', 0):.0f} | {anls} |"
-            )
-    lines.append("")
-    for bs, b in result["batches"].items():
-        lines.append(f"batch {bs}: " + ", ".join(f"{k} = {v:.2f}" for k, v in b["ratios"].items() if v is not None))
-    return "\n".join(lines) + "\n"
