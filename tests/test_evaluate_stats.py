@@ -71,6 +71,26 @@ def test_per_key_and_exact_match_f1():
     )
 
 
+def test_item_f1_of_lists():
+    """A lists both items of every receipt; B gets the second one's price wrong on even receipts
+    and misses it on odd ones: item F1 = 2 TP / (predicted + gold items)."""
+    gold = [{"name": "COKE", "price": "1.00"}, {"name": "TEA", "price": "2.00"}]
+    a = [dict(id=f"d{i}", pred={"items": gold}, gold={"items": gold}) for i in range(100)]
+    b = [
+        dict(
+            id=f"d{i}",
+            pred={"items": gold[:1] + ([{"name": "TEA", "price": "9.99"}] if i % 2 == 0 else [])},
+            gold={"items": gold},
+        )
+        for i in range(100)
+    ]
+    r = compare_rows(a, b, metric="items")
+    assert r["keys"] == ["items"]
+    assert r["overall"]["a"] == 1.0
+    assert r["overall"]["b"] == pytest.approx(2 * 100 / (150 + 200))  # TP 100, 150 predicted, 200 gold
+    assert r["overall"]["lo"] > 0
+
+
 def test_bootstrap_is_seeded():
     rng = random.Random(0)
     gold = "abcdefghij"

@@ -8,7 +8,9 @@ replacement `samples` times (seeded, so a claim can be re-checked to the digit);
 scored for A and for B *on the same documents*, so that how hard the documents are cancels out of
 the difference. The metric is recomputed on each resample as the headline number is computed
 (not a mean of per-document numbers): `anls` = Σ field ANLS / number of fields, `exact` = micro
-exact-match F1 = 2·TP / (predicted values + gold values). Reported: A's and B's value on all
+exact-match F1 = 2·TP / (predicted values + gold values), `items` = item F1 of each list
+(`items[name,quantity,price]`: items matched one to one, `pipkie.eval.metrics.ItemScores`) =
+2·TP / (predicted items + gold items). Reported: A's and B's value on all
 documents, `diff` = A − B, the percentile interval of the resampled differences (95% by default),
 and `p_le_0`, the share of resamples where A − B ≤ 0. An interval that contains 0 means the data
 do not show a difference. The same for each key.
@@ -20,18 +22,24 @@ from pathlib import Path
 
 import numpy as np
 
-from pipkie.eval.metrics import score_field
+from pipkie.eval.metrics import ItemScores, score_field
 from pipkie.eval.store import read_predictions
 
-METRICS = ("anls", "exact")
+METRICS = ("anls", "exact", "items")
 
 
-def _parts(rows: list[dict], keys: list[str], metric: str) -> np.ndarray:
-    """(documents, keys, parts) additive per-document parts of the metric, per key."""
+def _parts(rows: list[dict], keys: list[str], metric: str, fields: dict | None = None) -> np.ndarray:
+    """(documents, keys, parts) additive per-document parts of the metric, per key (`fields`: each
+    list's item fields, for `items`)."""
     out = np.zeros((len(rows), len(keys), 2 if metric == "anls" else 3))
     for i, r in enumerate(rows):
         for j, k in enumerate(keys):
-            s = score_field(r["pred"].get(k), r["gold"].get(k))
+            pred, gold = r["pred"].get(k), r["gold"].get(k)
+            if metric == "items":
+                tp = ItemScores(tuple(fields[k])).add(pred, gold)
+                out[i, j] = (tp, len(pred or []), len(gold or []))
+                continue
+            s = score_field(pred, gold)
             out[i, j] = (s.anls, 1.0) if metric == "anls" else (s.tp, s.n_pred, s.n_gold)
     return out
 
@@ -100,6 +108,12 @@ def compare_rows(
     common = [r for r in rows_a if r["id"] in by_b]
     if not common:
         raise ValueError("the two predictions files have no document in common")
+    fields = None
+    if metric == "items":
+        from pipkie.eval.evaluate import list_keys
+
+        fields = list_keys(common + [by_b[r["id"]] for r in common])
+        keys = keys or list(fields)
     keys = keys or [k for k in common[0]["gold"] if k in by_b[common[0]["id"]]["gold"]]
     if not keys:
         raise ValueError("the two predictions files have no key in common")
@@ -111,8 +125,8 @@ def compare_rows(
                 f"document {r['id']}: the files score {bad[0]!r} against different gold values "
                 "(different data or key maps): they cannot be compared"
             )
-    pa = _parts(common, keys, metric)
-    pb = _parts([by_b[r["id"]] for r in common], keys, metric)
+    pa = _parts(common, keys, metric, fields)
+    pb = _parts([by_b[r["id"]] for r in common], keys, metric, fields)
     groups = (
         np.concatenate([pa.sum(1, keepdims=True), pa], axis=1),
         np.concatenate([pb.sum(1, keepdims=True), pb], axis=1),
