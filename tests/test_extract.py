@@ -456,3 +456,14 @@ def test_a_value_that_fills_its_budget_is_flagged(tiny_model_dir):
             "date": ("9" * BUDGETS["date"], True),
         }
         assert r.to_dict()["fields"]["total"]["truncated"] is True
+
+
+def test_values_snap_to_words_unless_asked_not_to(tiny_extractor, monkeypatch):
+    """`extract(snap=False)` (CLI `--no-snap`) keeps the decoder's raw value; the default completes a
+    value cut inside a document word (`pipkie.decoding.snap`)."""
+    from pipkie.decoding.pip import PipDecoder
+
+    monkeypatch.setattr(PipDecoder, "decode", lambda self, m, b, texts, *a, **k: [{"total": FieldResult("$60.4", 0.9)}])
+    doc = Document(id="t", text="TOTAL $60.44")
+    assert tiny_extractor.extract(doc, "total").values() == {"total": "$60.44"}
+    assert tiny_extractor.extract(doc, "total", snap=False).values() == {"total": "$60.4"}

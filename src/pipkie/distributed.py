@@ -70,6 +70,7 @@ class ExtractActor:
         schema=None,
         decode: str = "pip",
         refine_steps: int = 0,
+        snap: bool = True,
         batch_size: int = 8,
         max_batch_tokens: int | None = None,
     ) -> dict:
@@ -96,6 +97,7 @@ class ExtractActor:
             schema=schema,
             decode=decode,
             refine_steps=refine_steps,
+            snap=snap,
             batch_size=batch_size,
             max_batch_tokens=max_batch_tokens,
         )
@@ -120,6 +122,7 @@ def extract_files_ray(
     schema=None,
     decode: str = "pip",
     refine_steps: int = 0,
+    snap: bool = True,
     batch_size: int = 8,
     window: int | None = None,
     max_batch_tokens: int | None = None,
@@ -172,6 +175,7 @@ def extract_files_ray(
             schema=schema,
             decode=decode,
             refine_steps=refine_steps,
+            snap=snap,
             batch_size=batch_size,
             max_batch_tokens=max_batch_tokens,
         ),

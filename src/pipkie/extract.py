@@ -210,11 +210,14 @@ class Extractor:
         schema=None,
         decode: str = "pip",
         refine_steps: int = 0,
+        snap: bool = True,
         text: str | None = None,
         trace: list | None = None,
     ) -> Extraction:
         doc = Document(id="text", text=text) if text is not None else self.load(document)
-        return self.extract_many([doc], keys, schema=schema, decode=decode, refine_steps=refine_steps, trace=trace)[0]
+        return self.extract_many(
+            [doc], keys, schema=schema, decode=decode, refine_steps=refine_steps, snap=snap, trace=trace
+        )[0]
 
     def extract_many(
         self,
@@ -224,6 +227,7 @@ class Extractor:
         schema=None,
         decode: str = "pip",
         refine_steps: int = 0,
+        snap: bool = True,
         batch_size: int = 8,
         trace: list | None = None,
     ) -> list[Extraction]:
@@ -249,6 +253,7 @@ class Extractor:
                     [ks] * len(chunk),
                     pattern=self.settings.pattern,
                     refine_steps=refine_steps,
+                    snap=snap,
                     trace=traced,
                 )
             if trace is not None:

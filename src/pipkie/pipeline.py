@@ -150,6 +150,7 @@ def decode_documents(
     schema=None,
     decode: str = "pip",
     refine_steps: int = 0,
+    snap: bool = True,
     batch_size: int = 8,
     max_batch_tokens: int | None = None,
 ) -> list:
@@ -157,7 +158,7 @@ def decode_documents(
     of similar length (`length_batches`), a failed batch retried one document at a time."""
     results: list = [None] * len(docs)
     lengths = [token_length(ex, d) for d in docs]
-    kw = dict(schema=schema, decode=decode, refine_steps=refine_steps)
+    kw = dict(schema=schema, decode=decode, refine_steps=refine_steps, snap=snap)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # truncation: reported on each Extraction
         for batch in length_batches(lengths, batch_size, max_batch_tokens):
@@ -277,6 +278,7 @@ def extract_files(
     schema=None,
     decode: str = "pip",
     refine_steps: int = 0,
+    snap: bool = True,
     batch_size: int = 8,
     window: int | None = None,
     max_batch_tokens: int | None = None,
@@ -324,6 +326,7 @@ def extract_files(
                 schema=schema,
                 decode=decode,
                 refine_steps=refine_steps,
+                snap=snap,
                 batch_size=batch_size,
                 max_batch_tokens=max_batch_tokens,
             )

@@ -33,6 +33,9 @@ def extract(
         None, help="AR model for --decode ar-free|ar-forced (default: the model's ar_baseline)"
     ),
     refine_steps: int = typer.Option(0, help="PIP Mask-Predict refinement passes"),
+    snap: bool = typer.Option(
+        True, "--snap/--no-snap", help="complete values cut inside a document word to the word's end (every decoder)"
+    ),
     pretty: bool = typer.Option(
         False,
         "--json",
@@ -105,6 +108,7 @@ def extract(
         schema=ks,
         decode=decode,
         refine_steps=refine_steps,
+        snap=snap,
         batch_size=batch_size,
         max_pages=max_pages,
         progress=progress and len(files) > 1,
