@@ -6,6 +6,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
+from pipkie.decoding.snap import snap_predictions  # (plain Python: no torch)
+
 if TYPE_CHECKING:  # (decoders are listed without importing torch: `pipkie.decoding`)
     from pipkie.model.template import Encoded, TemplateBuilder
     from pipkie.schema import KeySchema
@@ -55,11 +57,7 @@ class Decoder(ABC):
         if refine_steps and not self.refines:
             raise ValueError(f"decode {self.name!r} does not refine (refine_steps={refine_steps})")
         preds = self.decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace)
-        if snap:
-            from pipkie.decoding.snap import snap_predictions
-
-            snap_predictions(preds, texts)
-        return preds
+        return snap_predictions(preds, texts) if snap else preds
 
     def __repr__(self) -> str:
         return f"<Decoder {self.name}>"

@@ -30,7 +30,7 @@ import os
 
 import torch
 
-from pipkie.model.copyhead import FieldSpan, _reach, _shifted, mixture
+from pipkie.model.copyhead import FieldSpan, copy_weights, mixture
 from pipkie.model.modeling import VocabSlice
 
 TOP_LM, TOP_COPY = 64, 4  # candidates per row: the LM's (AR steps: a few rows), the copy's (PIP slots)
@@ -130,10 +130,7 @@ def _copy_candidates(n, span, p_start, gate, past, lm_cand):
     """For a field's first n slots: candidate tokens (n, C) = the LM's (lm_cand, (n, k)), the tokens
     at the copy's `TOP_COPY` likeliest starts, the end token; their mass q (n, C) outside the LM
     head, and that mass in all (n,)."""
-    gate, past = gate[:n], past[:n]
-    shifted = _shifted(span.stream_ids, n)  # (M, n)
-    weight = p_start[:, None] * ((1 - gate) * (1 - past) / _reach(p_start, shifted))[None, :]
-    weight = weight.masked_fill(shifted < 0, 0.0)
+    shifted, weight = copy_weights(p_start, gate, past, span, n)  # (M, n) each
     end = torch.full((n, 1), span.end_id, dtype=torch.long)
     if len(p_start):
         top = p_start.topk(min(TOP_COPY, len(p_start))).indices
@@ -143,8 +140,8 @@ def _copy_candidates(n, span, p_start, gate, past, lm_cand):
         copied = end.expand(n, TOP_COPY)
     cand = torch.cat([lm_cand, copied, end], 1)
     q = (weight.T[:, :, None] * (shifted.T[:, :, None] == cand[:, None, :])).sum(1)  # (n, C)
-    q = q + past[:, None] * (cand == span.end_id)
-    return cand, q, weight.sum(0) + past
+    q = q + past[:n, None] * (cand == span.end_id)
+    return cand, q, weight.sum(0) + past[:n]
 
 
 def _bf16_choice(model, x, fast, top_lm: int, parts: list[Part] | None):

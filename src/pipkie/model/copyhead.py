@@ -199,18 +199,19 @@ def mixture(
     n = len(vocab_logits)
     # in place on one (n, V) matrix: with a 50k vocabulary each extra copy is 200 kB per slot
     probs = vocab_logits.float().softmax(-1).mul_((gate[:n] * (1 - past[:n]))[:, None])
-    return add_copy_mass_(probs, p_start, gate, past, f)
-
-
-def add_copy_mass_(out: torch.Tensor, p_start: torch.Tensor, gate: torch.Tensor, past: torch.Tensor, f: FieldSpan):
-    """Add the mixture's part that does not come from the LM head to `out` (n, V), in place: the
-    copy's mass (1 − g_j)(1 − past_j) p_copy_j(v) and past_j on `<|pip_end|>`, for the first n slots."""
-    n = len(out)
-    gate, past = gate[:n], past[:n]
-    shifted = _shifted(f.stream_ids.to(out.device), n)  # (M, n)
+    shifted, weight = copy_weights(p_start, gate, past, f, n)
     valid = shifted >= 0
-    weight = p_start[:, None] * ((1 - gate) * (1 - past) / _reach(p_start, shifted))[None, :]  # (M, n)
-    cols = torch.arange(n, device=out.device).expand_as(shifted)
-    out.index_put_((cols[valid], shifted[valid]), weight[valid], accumulate=True)
-    out[:, f.end_id] += past
-    return out
+    cols = torch.arange(n, device=probs.device).expand_as(shifted)
+    probs.index_put_((cols[valid], shifted[valid]), weight[valid], accumulate=True)
+    probs[:, f.end_id] += past[:n]
+    return probs
+
+
+def copy_weights(p_start: torch.Tensor, gate: torch.Tensor, past: torch.Tensor, f: FieldSpan, n: int):
+    """(shifted, weight), both (M, n), for the field's first n slots: the token each start m puts at
+    slot j (`shifted[m, j]`, −1 past the stream) and the mass that copy carries in the mixture,
+    (1 − g_j)(1 − past_j) p_start(m) renormalised over the starts that reach slot j (0 where none)."""
+    gate, past = gate[:n], past[:n]
+    shifted = _shifted(f.stream_ids.to(p_start.device), n)
+    weight = p_start[:, None] * ((1 - gate) * (1 - past) / _reach(p_start, shifted))[None, :]
+    return shifted, weight.masked_fill(shifted < 0, 0.0)
