@@ -55,7 +55,7 @@ def test_ratios_and_tokens_per_second_match_independently_timed_regions(tiny_mod
     and value tokens/s the benchmark reports must be those known numbers; PIP's unused slots and
     AR's headers and end tokens are no value tokens."""
     import pipkie.eval.bench as B
-    from pipkie.decoding.pip import FieldResult
+    from pipkie.decoding.results import FieldResult
 
     clock = [0.0]
     monkeypatch.setattr(B.time, "perf_counter", lambda: clock[0])

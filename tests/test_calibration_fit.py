@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from pipkie.cli import app
 from pipkie.decoding import get_decoder
-from pipkie.decoding.pip import FieldResult
+from pipkie.decoding.results import FieldResult
 from pipkie.eval.calibration import (
     calibrate,
     calibration,

@@ -109,7 +109,8 @@ def test_lm_head_runs_only_up_to_each_values_sure_end(setup, monkeypatch):
     """Lazy decoding skips the LM head from a field's first slot with past > 0.5 on (its argmax is
     the end token whatever the LM head says): fewer LM-head rows, the same values and confidences."""
     from pipkie.decoding import pip
-    from pipkie.decoding.pip import OnePass, _collect
+    from pipkie.decoding.pip import OnePass
+    from pipkie.decoding.results import collect as _collect
 
     model, b = setup
     encs = [b.pip(t, SCHEMA) for t in DOCS]
@@ -297,8 +298,8 @@ def test_refit_head_on_frozen_features(tokenizer, shared_data, tmp_path):
 
 
 def test_a_later_item_starts_past_the_previous_one():
-    """`after`: the start distribution is 0 up to that stream index and still a distribution; with
-    nothing left after it the field is left as it was."""
+    """`allow`: the start distribution is 0 where it is False and still a distribution; a mask
+    that allows nothing leaves the field as it was."""
     from pipkie.model.copyhead import start_gate_past
 
     torch.manual_seed(0)
@@ -306,10 +307,10 @@ def test_a_later_item_starts_past_the_previous_one():
     hidden = torch.randn(1, 30, 16)
     span = FieldSpan(0, torch.arange(20, 26), torch.arange(0, 20), torch.arange(100, 120), end_id=5)
     free, _, _ = start_gate_past(head, hidden, span)
-    after, _, past = start_gate_past(head, hidden, span, after=7)
+    after, _, past = start_gate_past(head, hidden, span, allow=torch.arange(20) > 7)
     assert after[:8].sum() == 0 and after.sum().item() == pytest.approx(1.0, abs=1e-5)
     assert torch.allclose(after[8:], free[8:] / free[8:].sum(), atol=1e-6)
-    assert torch.equal(start_gate_past(head, hidden, span, after=19)[0], free)
+    assert torch.equal(start_gate_past(head, hidden, span, allow=torch.zeros(20, dtype=torch.bool))[0], free)
     assert ((past >= 0) & (past <= 1)).all()
 
 
@@ -335,11 +336,14 @@ def test_items_decode_in_document_order(tokenizer):
         groups.MONOTONE_ITEMS = monotone
         try:
             with torch.no_grad():
-                predict_slots(model, b, [enc], hidden, slots, run.offsets, trace=trace)
+                _, toks = predict_slots(model, b, [enc], hidden, slots, run.offsets, trace=trace)
         finally:
             groups.MONOTONE_ITEMS = True
+        offsets = torch.tensor([0] + [f.length for f in enc.fields]).cumsum(0).tolist()
+        first = {f.key: o for f, o in zip(enc.fields, offsets)}  # a field's first slot in toks
         names = [f for f in enc.fields if f.group and f.field == "name"]
-        starts[monotone] = [int(torch.tensor(trace[0][f.key].p_start).argmax()) for f in names]
+        kept = [f for f in names if int(toks[first[f.key]]) != b.end_id]  # past the last word: the list ends
+        starts[monotone] = [int(torch.tensor(trace[0][f.key].p_start).argmax()) for f in kept]
     increasing = lambda xs: all(a < b for a, b in zip(xs, xs[1:]))  # noqa: E731
-    assert len(starts[True]) == 4 and not increasing(starts[False])  # untrained: every item on one place
-    assert increasing(starts[True])
+    assert len(starts[False]) >= 3 and not increasing(starts[False])  # untrained: every item on one place
+    assert len(starts[True]) >= 2 and increasing(starts[True])

@@ -150,7 +150,7 @@ def test_padded_vocabulary_changes_no_output(tokenizer):
 def test_a_value_without_its_end_token_is_truncated(tokenizer):
     """A value that fills its budget (no end token among its slots, or an AR answer cut by its token
     budget) is flagged; one closed inside its budget, or missing, is not."""
-    from pipkie.decoding.pip import _field_result
+    from pipkie.decoding.results import field_result as _field_result
 
     b = TemplateBuilder(tokenizer)
     apple = b.value_ids("apple berry", 8)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipkie.decoding.pip import FieldResult
+from pipkie.decoding.results import FieldResult
 from pipkie.eval import evaluate as ev
 from pipkie.eval.store import model_fingerprint
 from pipkie.io.document import Document, Word

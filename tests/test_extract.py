@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipkie.decoding.pip import FieldResult
+from pipkie.decoding.results import FieldResult
 from pipkie.io.document import Document, Word, serialize
 from pipkie.schema import KeySchema
 

@@ -7,7 +7,9 @@ import pytest
 import torch
 from pydantic import BaseModel, Field
 
-from pipkie.decoding.pip import FieldResult, _collect, pip_decode
+from pipkie.decoding.pip import pip_decode
+from pipkie.decoding.results import FieldResult
+from pipkie.decoding.results import collect as _collect
 from pipkie.model.attention import GROUP_BLOCK, build_attention_mask
 from pipkie.model.groups import ItemsResult, collect, items_budgets
 from pipkie.model.template import TemplateBuilder

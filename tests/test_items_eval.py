@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from pipkie.cli import app
 from pipkie.data.wildreceipt import items_of, read_wildreceipt
-from pipkie.decoding.pip import FieldResult
+from pipkie.decoding.results import FieldResult
 from pipkie.eval.gold import gold_items
 from pipkie.eval.metrics import ItemScores, match_items
 from pipkie.io.document import Document, Word

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipkie.decoding.pip import FieldResult
+from pipkie.decoding.results import FieldResult
 from pipkie.decoding.snap import snap_predictions, snap_to_words
 from pipkie.model.groups import ItemsResult
 

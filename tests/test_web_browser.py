@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from pipkie.decoding.pip import FieldResult
+from pipkie.decoding.results import FieldResult
 from pipkie.model.groups import ItemsResult
 from pipkie.serve import create_app
 from tests.browser import ARTIFACTS, LiveServer, chrome, require_browser

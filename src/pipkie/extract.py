@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from pipkie.decoding import get_decoder
-from pipkie.decoding.pip import FieldResult
+from pipkie.decoding.results import FieldResult
 from pipkie.eval.calibration import calibrate
 from pipkie.io.document import Document, Word, serialize
 from pipkie.io.grounding import ground_items, locate

@@ -24,7 +24,8 @@ import torch
 from transformers import DynamicCache
 
 from pipkie.decoding.base import Decoder
-from pipkie.decoding.pip import FieldResult, Prediction, _field_result, _geo_mean, final_hidden, left_pad, positions
+from pipkie.decoding.pip import final_hidden, left_pad, positions
+from pipkie.decoding.results import FieldResult, Prediction, field_result, geo_mean
 from pipkie.decoding.slot_head import greedy
 from pipkie.model.groups import ar_steps, collect, parse_free_item
 from pipkie.model.template import TemplateBuilder
@@ -114,7 +115,7 @@ def _advance(builder: TemplateBuilder, r: _Row, tok: int, prob: float) -> list[i
         return [tok]
     # The value is closed: by the model (end token) or by its budget (we feed the end token).
     fed = [builder.end_id] if tok == builder.end_id and not r.fixed_length else [tok, builder.end_id]
-    result = _field_result(builder, r.toks, r.probs)
+    result = field_result(builder, r.toks, r.probs)
     r.field_idx += 1
     if step.group is None:
         r.results[step.key] = result
@@ -159,7 +160,7 @@ def parse_free_answer(
         key, raw = key.strip(), value.strip()
         value = None if not raw or raw == "unknown" else raw
         result = FieldResult(
-            value, _geo_mean(probs[start : i + 1]), toks[start : i + 1], truncated=i == len(toks) and value is not None
+            value, geo_mean(probs[start : i + 1]), toks[start : i + 1], truncated=i == len(toks) and value is not None
         )
         item = parse_free_item(schema, key) if sep and schema is not None and schema.groups else None
         if sep and key in keys and key not in results:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from pipkie.decoding.pip import _block_ids, _collect, _slot_mask, final_hidden, lm_logits, pip_hidden, predict_slots
+from pipkie.decoding.pip import _block_ids, _slot_mask, final_hidden, lm_logits, pip_hidden, predict_slots
+from pipkie.decoding.results import collect
 from pipkie.model.copyhead import get_head
 from pipkie.model.template import Encoded, TemplateBuilder
 from pipkie.schema import KeySchema
@@ -65,4 +66,4 @@ def pip_decode_cached(
         return lm_logits(model, h[keep])
     hidden = torch.cat([doc.hidden, h], dim=1) if doc.hidden is not None else h
     conf, toks = predict_slots(model, builder, [enc], hidden, h[keep], [0])
-    return _collect(builder, [enc], toks.tolist(), conf.tolist(), [schema])[0]
+    return collect(builder, [enc], toks.tolist(), conf.tolist(), [schema])[0]

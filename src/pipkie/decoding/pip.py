@@ -15,26 +15,19 @@ attention mask is always explicit (transformers would otherwise guess packed seq
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
 from pipkie.decoding.base import Decoder
+from pipkie.decoding.items import ItemPlacer, apply_span
+from pipkie.decoding.results import Prediction, collect
 from pipkie.decoding.slot_head import choose, lm_logits
-from pipkie.model import groups as item_groups
 from pipkie.model.attention import build_attention_mask, causal_rows
-from pipkie.model.copyhead import FieldSpan, get_head, start_gate_past, stream_keys
+from pipkie.model.copyhead import FieldSpan, copy_distributions, get_head, start_gate_past, stream_keys
 from pipkie.model.template import Encoded, TemplateBuilder
 from pipkie.schema import KeySchema
-
-
-@dataclass
-class FieldResult:
-    value: str | None
-    confidence: float
-    tokens: list[int] = field(default_factory=list)
-    truncated: bool = False  # the value filled its budget: no end token predicted inside it
 
 
 @dataclass
@@ -46,9 +39,6 @@ class CopyTrace:
     p_start: list[float]  # the start distribution over those positions
     gate: list[float]  # per slot: weight of the LM head against the copy (1 = generate)
     past: list[float]  # per slot: probability that the value has ended before it
-
-
-Prediction = dict[str, FieldResult]
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,20 +59,6 @@ def positions(attn: torch.Tensor, start: torch.Tensor | None = None) -> torch.Te
     if start is not None:
         pos = pos + start[:, None]
     return pos.clamp(min=0)
-
-
-def _geo_mean(probs: list[float]) -> float:
-    if not probs:
-        return 0.0
-    return float(torch.tensor(probs).clamp_min(1e-12).log().mean().exp())
-
-
-def _field_result(builder: TemplateBuilder, toks: list[int], probs: list[float]) -> FieldResult:
-    """A value's slots (or generated tokens) → its result; no end token among them: `truncated`."""
-    end = next((i for i, t in enumerate(toks) if t == builder.end_id), None)
-    n = len(toks) if end is None else end + 1  # value + its end token
-    value = builder.decode_value(toks)
-    return FieldResult(value, _geo_mean(probs[:n]), toks[:n], truncated=end is None and value is not None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +137,7 @@ def predict_slots(
         if trace is not None:
             trace[:] = [{} for _ in encs]
         return lm_logits(model, slot_hidden).softmax(-1).max(-1)
-    fields, need, total = [], [], 0
+    fields, need, spans, total = [], [], [], 0
     if trace is not None:
         trace[:] = []
     for r, e in enumerate(encs):
@@ -171,7 +147,8 @@ def predict_slots(
         keys = stream_keys(head, hidden[r], stream + offsets[r])  # (M, d), shared by the row's fields
         if trace is not None:
             trace.append({})
-        previous: dict[tuple[str, str], int] = {}  # (list, field) -> where the previous item's value starts
+        lists = any(f.group for f in e.fields)
+        placer = ItemPlacer(stream, stream_ids, builder.space_ids, builder.blank_ids) if lists else None
         for f in e.fields:
             span = FieldSpan(
                 row=r,
@@ -181,15 +158,18 @@ def predict_slots(
                 end_id=builder.end_id,
                 keys=keys,
             )
-            item_field = (f.group, f.field) if f.group is not None and item_groups.MONOTONE_ITEMS else None
-            p_start, gate, past = start_gate_past(head, hidden, span, after=previous.get(item_field))
-            if item_field:  # items follow the document's order: the next one points past this one
-                previous[item_field] = int(p_start.argmax())
+            place = None
+            if f.group is None:
+                p_start, gate, past = start_gate_past(head, hidden, span)
+            else:  # a list's field: where it may start depends on the items before it (decoding.items)
+                p_start, gate, past, p_len = copy_distributions(head, hidden, span, placer.allow(f))
+                place = placer.place(f, p_start, p_len)
             if trace is not None:
                 trace[-1][f.key] = CopyTrace(f.key, stream.tolist(), p_start.tolist(), gate.tolist(), past.tolist())
             ended = (past > 0.5).nonzero()
             n = int(ended[0]) + 1 if lazy and len(ended) else f.length
             fields.append((total, n, span, p_start, gate, past))
+            spans.append((total, f.length, place, gate, stream_ids))
             need.append(torch.arange(total, total + n))
             total += f.length
     chosen = choose(model, slot_hidden[torch.cat(need)], [(n, span, p, g, past) for _, n, span, p, g, past in fields])
@@ -200,6 +180,9 @@ def predict_slots(
         conf[i : i + len(past)] = past  # skipped slots: <|pip_end|> with p >= past
         conf[i : i + n], toks[i : i + n] = chosen[0][j : j + n], chosen[1][j : j + n]
         j += n
+    for i, k, place, gate, stream_ids in spans:
+        if place is not None:
+            apply_span(toks, conf, i, k, place, gate, stream_ids, builder.end_id)
     return conf, toks
 
 
@@ -361,35 +344,7 @@ def pip_decode(
         new_conf, new_toks = run(torch.where(remask, inputs, toks), lazy=False, trace=trace)
         conf = torch.where(remask, new_conf, conf)
         toks = torch.where(remask, new_toks, toks)
-    return _collect(builder, encs, toks.tolist(), conf.tolist(), schemas)
-
-
-def _collect(
-    builder, encs, toks: list[int], conf: list[float], schemas: list[KeySchema] | None = None
-) -> list[Prediction]:
-    """Slot tokens -> each document's results; a list's fields are gathered into its ItemsResult
-    (an item whose first field's first slot says `<|pip_end|>` ends the list: `pipkie.model.groups`).
-    `schemas` (one per document) is needed when they have lists."""
-    out, i = [], 0
-    for r, e in enumerate(encs):
-        groups = schemas[r].groups if schemas else ()
-        pred, lists = {}, {g.name: [] for g in groups}
-        first = {g.name: g.fields[0].name for g in groups}
-        for f in e.fields:
-            result = _field_result(builder, toks[i : i + f.length], conf[i : i + f.length])
-            if f.group is None:
-                pred[f.key] = result
-            else:
-                stop = f.field == first[f.group] and toks[i] == builder.end_id
-                lists[f.group].append((f.item, f.field, result, stop))
-            i += f.length
-        if groups:
-            from pipkie.model.groups import collect
-
-            for g in groups:
-                pred[g.name] = collect(g, lists[g.name], lambda: FieldResult(None, 0.0))
-        out.append(pred)
-    return out
+    return collect(builder, encs, toks.tolist(), conf.tolist(), schemas)
 
 
 class PipDecoder(Decoder):

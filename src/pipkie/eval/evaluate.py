@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pipkie.decoding import get_decoder
+from pipkie.decoding.items import ITEM_RULES
 from pipkie.decoding.snap import SNAP
 from pipkie.eval.calibration import calibrated_pairs, calibration, calibration_pairs, reliability_diagram
 from pipkie.eval.gold import gold_fields, gold_items, gold_warnings, load_documents, parse_key_map
@@ -181,7 +182,8 @@ def evaluate(
                 "lists": [
                     [g.name, n, [[k.name, k.description, item_budget(builder, g, k)] for k in g.fields]]
                     for g, n in zip(schema.groups, items_budgets(builder, schema))
-                ]
+                ],
+                "placement": ITEM_RULES,  # how a list's fields are read off the copy head (decoding.items)
             }
             if schema.groups
             else {}

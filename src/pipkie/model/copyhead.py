@@ -127,16 +127,23 @@ def _reach(p_start: torch.Tensor, shifted: torch.Tensor) -> torch.Tensor:
     return (p_start @ (shifted >= 0).float()).clamp_min(1e-12)
 
 
-def start_gate_past(head: CopyHead, hidden: torch.Tensor, f: FieldSpan, after: int | None = None):
+def start_gate_past(head: CopyHead, hidden: torch.Tensor, f: FieldSpan, allow: torch.Tensor | None = None):
     """p_start (M,), gate (K,) and past (K,): the chance that slot j lies past the value's end;
     everything the mixture needs besides the LM head. past_j > 0.5 makes `<|pip_end|>` slot j's
     argmax whatever the LM head says (it has p ≥ past_j, all other tokens together 1 − past_j), so
     the decoder skips the LM head from the first such slot on.
 
-    `after` (a stream index): the value starts past it (p_start is 0 up to it, renormalised), as
-    item i + 1 of a list starts after item i (`pipkie.model.groups`); ignored when nothing is left."""
+    `allow` (M,) bool: the value starts only where it is True (p_start is 0 elsewhere, renormalised),
+    as item i + 1 of a list starts after item i (`pipkie.decoding.items`); ignored when it allows
+    nothing."""
+    return copy_distributions(head, hidden, f, allow)[:3]
+
+
+def copy_distributions(head: CopyHead, hidden: torch.Tensor, f: FieldSpan, allow: torch.Tensor | None = None):
+    """`start_gate_past`'s three and p_len (M, K): P(value length = j + 1 | it starts at m), which a
+    decoder that reads a value as one span of the document needs (`pipkie.decoding.items`)."""
     with torch.autocast(hidden.device.type, enabled=False):  # sums of probabilities: float32 throughout
-        return _start_and_gate_fp32(head, hidden[f.row].float(), f, after)
+        return _start_and_gate_fp32(head, hidden[f.row].float(), f, allow)
 
 
 def stream_keys(head: CopyHead, h: torch.Tensor, stream: torch.Tensor) -> torch.Tensor:
@@ -146,13 +153,13 @@ def stream_keys(head: CopyHead, h: torch.Tensor, stream: torch.Tensor) -> torch.
         return head.stream_keys(h[stream].float(), h[(stream - 1).clamp_min(0)].float())
 
 
-def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, start_after: int | None = None):
+def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, allow: torch.Tensor | None = None):
     slots, stream = f.slots.to(h.device), f.stream.to(h.device)
     keys = f.keys if f.keys is not None else stream_keys(head, h, stream)
     start, end = head.span_logits(h[slots[0]], keys)
     m, k = len(stream), len(slots)
-    if start_after is not None and start_after + 1 < m:
-        start = start.masked_fill(torch.arange(m, device=h.device) <= start_after, float("-inf"))
+    if allow is not None and bool(allow.any()):
+        start = start.masked_fill(~allow.to(h.device), float("-inf"))
     p_start = start.softmax(-1)  # (M,)
     prior = head.length(h[slots[0]])  # (1 + MAX_LENGTH,)
     lengths = torch.arange(1, k + 1, device=h.device)  # (K,)
@@ -165,7 +172,7 @@ def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, start_af
     cdf = torch.cat([p_len.new_zeros(m, 1), p_len.cumsum(-1)[:, :-1]], dim=1)  # (M, K)
     past = (p_start @ cdf).clamp(0.0, 1.0)
     gate = torch.sigmoid(head.gate(h[slots])).squeeze(-1)  # (K,)
-    return p_start, gate, past
+    return p_start, gate, past, p_len
 
 
 def field_nll(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor, f: FieldSpan) -> torch.Tensor:

@@ -49,8 +49,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
+from pipkie.model.encoded import DocumentTooLong, Encoded, FieldSlots, Fit
 from pipkie.schema import MAX_VALUE_TOKENS, Key, KeySchema
 
 MASK, END, ANSWER = "<|pip_mask|>", "<|pip_end|>", "<|pip_answer|>"
@@ -60,45 +60,6 @@ INSTRUCTION = "Extract the key information from this document.\n"
 IGNORE = -100
 CUT_MARKER = "\n …\n"  # between the head and the tail of a document cut to fit
 HEAD_SHARE = 0.5  # of the document tokens kept when cutting, the share taken from the start
-
-
-class DocumentTooLong(ValueError):
-    """The document does not fit in the model's context next to the answer template."""
-
-
-@dataclass
-class FieldSlots:
-    key: str  # a flat key's name; for a list's field "items[2].name" (pipkie.model.groups)
-    start: int  # index in input_ids of the first value slot
-    length: int  # number of slots (the key's budget)
-    group: str | None = None  # the list (Group) a field of an item belongs to
-    item: int = -1  # its item, from 0
-    field: str | None = None  # its field's name
-
-
-@dataclass
-class Encoded:
-    input_ids: list[int]
-    prefix_len: int  # instruction + document + <|pip_answer|>: the causal part
-    fields: list[FieldSlots] = field(default_factory=list)
-    # targets[p] = token to predict from position p (IGNORE where there is no loss). PIP: the value
-    # token at a mask slot; AR: the next token.
-    targets: list[int] | None = None
-    truncated: int = 0  # document tokens cut to fit
-    blocks: list[int] | None = None  # block id of each template token (1, or 1 + field index)
-    seam: tuple[int, int] | None = None  # [start, end) of the cut marker in input_ids (a cut document)
-    kept: list[int] | None = None  # per document position: its index in document_ids(text), -1 = marker
-
-
-@dataclass
-class Fit:
-    """A prefix that fits: instruction (+ image) + document, cut if needed (+ <|pip_answer|>)."""
-
-    ids: list[int]
-    cut: int  # document tokens dropped (0: the whole document is in)
-    start: int  # first document position in ids
-    kept: list[int]  # per document position (ids[start:start + len(kept)]): index in document_ids, -1 = marker
-    seam: tuple[int, int] | None = None  # [start, end) of the marker in ids
 
 
 def header_text(key: Key | str) -> str:
@@ -149,6 +110,8 @@ class TemplateBuilder:
         self.field_blocks = field_blocks
         self.copy = copy
         self._newline_ids: set[int] | None = None
+        self._space_ids: set[int] | None = None
+        self._blank_ids: set[int] | None = None
         self.max_length = max_length
         self.budgets = dict(budgets or {})
         self.default_budget = default_budget
@@ -262,6 +225,23 @@ class TemplateBuilder:
                 i for t, i in vocab.items() if "\n" in (s := self.tok.convert_tokens_to_string([t])) and not s.strip()
             }
         return self._newline_ids
+
+    @property
+    def space_ids(self) -> set[int]:
+        """Tokens that begin with whitespace (a word's first token, or a bare space before one: SmolLM2
+        writes " 12" as " ", "1", "2"), for `pipkie.decoding.items`."""
+        if self._space_ids is None:
+            vocab = self.tok.get_vocab()
+            self._space_ids = {i for t, i in vocab.items() if self.tok.convert_tokens_to_string([t])[:1].isspace()}
+        return self._space_ids
+
+    @property
+    def blank_ids(self) -> set[int]:
+        """Tokens made of whitespace only (some of `space_ids`)."""
+        if self._blank_ids is None:
+            text = self.tok.convert_tokens_to_string
+            self._blank_ids = {i for i in self.space_ids if not text([self.tok.convert_ids_to_tokens(i)]).strip()}
+        return self._blank_ids
 
     def copy_stream(self, ids: list[int], start: int, end: int, seam: tuple[int, int] | None = None) -> list[int]:
         """Positions in `ids[start:end]` (the document) that a copy head may copy from: not line breaks,

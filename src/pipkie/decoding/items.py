@@ -1,0 +1,177 @@
+"""Where each field of a list's items starts, in the one pass: the copy head read as lines.
+
+A list's items are lines of the document (`pipkie.model.groups`). After the forward pass, the copy
+head gives every field of every item a start distribution over the document (`copyhead`); reading
+each slot's argmax separately mixes tokens from different lines (`1 ,0` for `12,00`, `$` for
+`$13.99`) and lets an item's price come from another item's line. `ItemPlacer` decodes the fields
+of a row's items in template order (item by item, field by field) under four rules, all on the
+same pass's outputs (no extra forward call):
+
+- order: item i's field starts after the word where item i − 1's same field starts
+  (`groups.MONOTONE_ITEMS`); when that word is the document's last, nothing is left: a first
+  field then ends the list, another field has no value;
+- one line per item (`SAME_LINE`): an item's later fields start on the line where its first field
+  starts, outside the first field's word; when nothing of that line is left, on the next line
+  (a name on one line, `2 @ 3.00  6.00` below it); when neither has any, anywhere;
+- whole words (`WORD_START`): a start inside a word (same line, no leading space, not after a
+  bare space) moves back to the word's first token, as `snap` completes a word's end;
+- one span (`COPY_SPAN`): when the copy carries the field (mean LM gate over its slots below
+  `COPY_GATE`), its value is the document's tokens from that start: as many as the slots gave
+  (+ the tokens moved back over), to the end of the word they stop in (`18` → `180.00`, where a
+  text-level `snap` cannot tell which `18` was meant), never past the line's end (nor the
+  budget). Its confidence is the copy head's probability of that start and the slots' length,
+  spread over the slots so that the field's geometric mean is p^(1/(L+1)). A field whose first
+  slot says `<|pip_end|>` (the list's "no more items", or an empty column) keeps the slots' answer.
+
+Lines are the breaks in the copy stream (line-break tokens are not in it: `copy_stream`).
+Chosen on WildReceipt dev (100 receipts, round-3 model; numbers in docs/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from pipkie.model import groups as item_groups
+from pipkie.model.template import FieldSlots
+
+SAME_LINE = True
+WORD_START = True
+COPY_SPAN = True
+COPY_GATE = 0.5  # a span replaces the slots' answer when the mean LM gate over it is below this
+ITEM_RULES = "order-line-word-span-3"  # names these rules in evaluation fingerprints
+
+
+def stream_lines(stream: torch.Tensor) -> torch.Tensor:
+    """(M,) input positions of the copy stream -> (M,) line number of each (a gap is a line break)."""
+    if len(stream) == 0:
+        return stream.new_zeros(0)
+    breaks = torch.cat([stream.new_zeros(1), (stream[1:] != stream[:-1] + 1).long()])
+    return breaks.cumsum(0)
+
+
+@dataclass
+class Placement:
+    start: int  # stream index of the value's first token (its word's first token)
+    back: int = 0  # tokens moved back over from the start distribution's argmax (`WORD_START`)
+    line_end: int = 0  # stream index just past the start's line: a list's value never crosses a line
+    p_start: float = 0.0  # the copy head's probability of the argmax start
+    p_len: torch.Tensor | None = None  # (K,) its length distribution from that start
+    ended: bool = False  # nothing of the document is left past the previous item: no value
+    word_ends: torch.Tensor | None = None  # (M,) per stream index, the last index of its word
+
+
+@dataclass
+class ItemPlacer:
+    """One row's list fields: `allow(f)` before the field's copy distributions, `place(...)` after."""
+
+    stream: torch.Tensor  # (M,) input positions of the copy stream
+    stream_ids: torch.Tensor  # (M,) their token ids
+    word_initial: set[int]  # token ids that begin with whitespace (`TemplateBuilder.space_ids`)
+    blank: set[int] = field(default_factory=set)  # those made of whitespace only
+    lines: torch.Tensor = field(init=False)
+    previous: dict[tuple[str, str], int] = field(default_factory=dict)  # (list, field) -> its word's end
+    anchor: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)  # -> (line, start, end)
+    ended: set[str] = field(default_factory=set)  # fields with nothing left to start on
+
+    def __post_init__(self):
+        self.lines = stream_lines(self.stream)
+        self._word_ends: torch.Tensor | None = None
+
+    @property
+    def word_ends(self) -> torch.Tensor:
+        """(M,) the last stream index of each token's word."""
+        if self._word_ends is None:
+            ends, last = [0] * len(self.stream), len(self.stream) - 1
+            for m in range(len(self.stream) - 1, -1, -1):
+                ends[m] = last
+                if not self._inside(m):
+                    last = m - 1
+            self._word_ends = torch.tensor(ends, dtype=torch.long)
+        return self._word_ends
+
+    def allow(self, f: FieldSlots) -> torch.Tensor | None:
+        """(M,) where field f may start (None: anywhere, or nowhere when the previous item's same
+        field took the document's last word: then `place` says `ended`)."""
+        m = len(self.stream)
+        idx = torch.arange(m)
+        ok = torch.ones(m, dtype=torch.bool)
+        prev = self.previous.get((f.group, f.field))
+        if item_groups.MONOTONE_ITEMS and prev is not None:
+            if prev >= m - 1:
+                self.ended.add(f.key)
+                return None
+            ok &= idx > prev
+        a = self.anchor.get((f.group, f.item))
+        if SAME_LINE and a is not None:
+            line, s, e = a
+            rest = ok & ~((idx >= s) & (idx < e))
+            for want in (line, line + 1):
+                here = rest & (self.lines == want)
+                if here.any():
+                    return here
+        return ok
+
+    def _inside(self, m: int) -> bool:
+        """Token m continues the word of token m − 1: same line, no leading whitespace, and m − 1 is
+        not a bare space (`TemplateBuilder.space_ids`: SmolLM2 writes " 12" as " ", "1", "2")."""
+        return (
+            m > 0
+            and bool(self.lines[m] == self.lines[m - 1])
+            and int(self.stream_ids[m]) not in self.word_initial
+            and int(self.stream_ids[m - 1]) not in self.blank
+        )
+
+    def word_start(self, m: int) -> int:
+        """Stream index m moved back to the first token of its word."""
+        while WORD_START and self._inside(m):
+            m -= 1
+        return m
+
+    def word_end(self, m: int) -> int:
+        """The last token of the word that token m is in."""
+        return int(self.word_ends[m])
+
+    def place(self, f: FieldSlots, p_start: torch.Tensor, p_len: torch.Tensor) -> Placement | None:
+        """Record where field f starts: its start distribution's argmax, moved back to its word's
+        first token; the next item's same field starts after that word, and the item's first field
+        is its anchor (line and word) for the others."""
+        if len(p_start) == 0:
+            return None
+        if f.key in self.ended:
+            return Placement(0, ended=True)
+        m0 = int(p_start.argmax())
+        m, end = self.word_start(m0), self.word_end(m0)
+        self.previous[(f.group, f.field)] = end
+        self.anchor.setdefault((f.group, f.item), (int(self.lines[m]), m, end + 1))
+        line_end = int((self.lines <= self.lines[m]).sum())  # lines are non-decreasing
+        return Placement(m, m0 - m, line_end, float(p_start[m0]), p_len[m0], word_ends=self.word_ends)
+
+
+def apply_span(
+    toks: torch.Tensor, conf: torch.Tensor, i: int, k: int, place: Placement | None, gate, stream_ids, end_id: int
+) -> bool:
+    """Rewrite the field's k slots from i (in place) as one span of the document when the copy
+    carries it and the slots gave a value: the slots' length (+ the tokens `back`), cut at the
+    line's end; a field with nothing left (`ended`) gets no value. True when it changed them."""
+    if place is None:
+        return False
+    if place.ended:
+        toks[i : i + k] = end_id
+        return True
+    if not COPY_SPAN or int(toks[i]) == end_id:
+        return False
+    ends = (toks[i : i + k] == end_id).nonzero()
+    n_slots = int(ends[0]) if len(ends) else k
+    if float(gate[:n_slots].mean()) >= COPY_GATE:
+        return False
+    n = min(n_slots + place.back, k, place.line_end - place.start)
+    if place.word_ends is not None:  # a span that stops inside a word takes the word's end (as `snap`)
+        n = min(int(place.word_ends[place.start + n - 1]) - place.start + 1, k)
+    toks[i : i + k] = end_id
+    toks[i : i + n] = stream_ids[place.start : place.start + n].to(toks.device)
+    prob = place.p_start * float(place.p_len[n_slots - 1])
+    counted = min(n + 1, k)  # the value and its end token (`_field_result`)
+    conf[i : i + counted] = max(prob, 1e-12) ** (1.0 / counted)
+    return True
