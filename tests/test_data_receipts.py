@@ -3,7 +3,8 @@
 import random
 
 from pipkie.data import locales as L
-from pipkie.data.receipts import INVOICE_KEYS, ITEM_FIELDS, RECEIPT_KEYS, generate_invoices, generate_world_receipts
+from pipkie.data.receipts import generate_invoices, generate_world_receipts
+from pipkie.data.vocab import INVOICE_KEYS, ITEM_FIELDS, RECEIPT_KEYS
 from pipkie.io.document import serialize
 
 

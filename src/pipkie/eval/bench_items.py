@@ -38,7 +38,7 @@ FIELDS = ("name", "quantity", "price")
 def items_receipt(n: int, rng: random.Random) -> tuple[str, list[dict[str, str]]]:
     """(text, gold items) of a receipt with exactly n item lines."""
     from pipkie.data import locales as L
-    from pipkie.data.receipts import FOODS, GOODS
+    from pipkie.data.vocab import FOODS, GOODS
 
     loc = L.LOCALES[rng.choice(sorted(L.LOCALES))]
     goods = rng.choice((FOODS, GOODS))
