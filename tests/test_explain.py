@@ -39,7 +39,8 @@ def test_word_spans_match_serialize():
 
 
 def test_explain_weights_over_ocr_words(tiny_extractor, receipt_doc, tmp_path):  # noqa: F811
-    from pipkie.explain import draw_heatmap, explain
+    from pipkie.explain import explain
+    from pipkie.io.heatmap import draw_heatmap
 
     ex = tiny_extractor
     e = explain(ex, receipt_doc, "total")
@@ -65,7 +66,8 @@ def test_explain_with_a_copy_head_shows_where_the_value_starts(tiny_copy_extract
     and the head's start distribution: over the copy stream it sums to 1, over words to what falls
     on words; the heat map draws it beside the attention."""
     from pipkie.decoding.pip import pip_decode
-    from pipkie.explain import draw_heatmap, explain
+    from pipkie.explain import explain
+    from pipkie.io.heatmap import draw_heatmap
     from pipkie.schema import KeySchema
 
     ex = tiny_copy_extractor
@@ -112,7 +114,8 @@ def test_explain_a_cut_contract(tiny_copy_extractor):  # noqa: F811
 
 
 def test_explain_text_and_errors(tiny_extractor, tmp_path):  # noqa: F811
-    from pipkie.explain import draw_heatmap, explain
+    from pipkie.explain import explain
+    from pipkie.io.heatmap import draw_heatmap
 
     e = explain(tiny_extractor, None, "total", text="Total 9.90", keys=["company", "total"])
     assert e.words == [] and "".join(t for t, *_ in e.tokens) == "Total 9.90"

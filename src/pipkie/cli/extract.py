@@ -183,9 +183,9 @@ def draw_extraction(result, doc, source: Path, out: Path) -> Path:
     that every item gets its own colour."""
     from collections import Counter
 
-    from pipkie.explain import page_image
     from pipkie.io.document import Word
     from pipkie.io.grounding import draw
+    from pipkie.io.heatmap import page_image
 
     def words_of(f):
         return [Word(b.text, tuple(round(v * 1000) for v in (b.x0, b.y0, b.x1, b.y1)), b.page) for b in f.boxes]
@@ -248,8 +248,8 @@ def explain(
     """What chose a field's value: the copy head's start distribution over the document's words and
     the attention of the field's slots (layers, heads, slots averaged), listed and drawn as heat maps
     side by side. The value and confidence are exactly `pipkie extract`'s (the same decoding)."""
-    from pipkie.explain import draw_heatmap
     from pipkie.explain import explain as run
+    from pipkie.io.heatmap import draw_heatmap
     from pipkie.io.loaders import DocumentError
     from pipkie.io.ocr import OCREngineError
 
