@@ -13,8 +13,9 @@ from PIL import Image, ImageDraw, ImageFont
 
 import pipkie.io.loaders as loaders
 from pipkie.io.document import serialize
-from pipkie.io.loaders import DocumentError, load_document, render_pdf_page
+from pipkie.io.loaders import DocumentError, load_document
 from pipkie.io.ocr import OCRWord
+from pipkie.io.pdf import render_pdf_page
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ocr"
 SROIE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sroie" / "train"

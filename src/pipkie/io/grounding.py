@@ -197,7 +197,7 @@ def _page_image(doc: Document, image: str | Path | Image.Image, page: int) -> Im
     if isinstance(image, Image.Image):
         return image.convert("RGB")
     if Path(image).suffix.lower() == ".pdf":
-        from pipkie.io.loaders import render_pdf_page
+        from pipkie.io.pdf import render_pdf_page
 
         size = doc.page_sizes[page] if page < len(doc.page_sizes) else None
         return render_pdf_page(image, page, size)
