@@ -3,7 +3,8 @@
 import pytest
 from PIL import Image
 
-from pipkie.data.synthetic import FORM_FIELDS, generate_forms, generate_receipts, ocr_noise
+from pipkie.data.noise import ocr_noise
+from pipkie.data.synthetic import FORM_FIELDS, generate_forms, generate_receipts
 from pipkie.io.document import serialize
 
 RECEIPT_KEYS = {"company", "date", "address", "total"}

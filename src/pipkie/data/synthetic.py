@@ -32,7 +32,11 @@ from pathlib import Path
 from faker import Faker
 from PIL import Image, ImageDraw, ImageFont
 
+from pipkie.data.noise import ocr_noise
+from pipkie.data.vocab import MY_PRODUCTS, MY_SUFFIXES, MY_TRADES
 from pipkie.io.document import Document, Word, normalize_box
+
+Row = list[tuple[str, float, str]]  # (text, position 0-1 across the text area, align "l" | "c" | "r")
 
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 RECEIPT_FONTS = ("DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansCondensed.ttf", "DejaVuSans.ttf")
@@ -47,46 +51,6 @@ DATE_FORMATS = (
     "{Y}-{m:02d}-{d:02d}",
     "{d:02d}-{b}-{Y}",
 )
-SUFFIXES = ("SDN BHD", "SDN. BHD.", "Sdn. Bhd.", "SDN.BHD.", "(M) SDN BHD", "ENTERPRISE", "TRADING", "BHD", "RESOURCES")
-TRADES = (
-    "TRADING",
-    "HARDWARE",
-    "BOOK STORE",
-    "STATIONERY",
-    "MART",
-    "FOOD INDUSTRIES",
-    "RESTAURANT",
-    "BAKERY",
-    "PHARMACY",
-    "ELECTRICAL",
-    "GIFT SHOP",
-    "MINI MARKET",
-    "CAFE",
-    "AUTO PARTS",
-    "SUPERMARKET",
-)
-PRODUCTS = (
-    "MINERAL WATER 500ML",
-    "WHITE BREAD",
-    "TEH TARIK",
-    "NASI LEMAK",
-    "A4 PAPER 80GSM",
-    'PVC PIPE 1/2"',
-    "BOLT & NUT M8",
-    "KOPI O",
-    "MILO ICE",
-    "CHICKEN RICE",
-    "BATTERY AA 4S",
-    "MASKING TAPE",
-    "EGG GRADE A 10S",
-    "SUGAR 1KG",
-    "COOKING OIL 2KG",
-    'CABLE TIE 8"',
-    'PAINT BRUSH 2"',
-    "ROTI CANAI",
-    "MEE GORENG",
-)
-Row = list[tuple[str, float, str]]  # (text, position 0-1 across the text area, align "l" | "c" | "r")
 
 
 @lru_cache(maxsize=64)
@@ -111,7 +75,7 @@ def _date(rng: random.Random, fmt: str | None = None, first_year: int = 2015, ye
 
 
 def _company(rng: random.Random, fake: Faker) -> str:
-    last, trade = fake.last_name().upper(), rng.choice(TRADES)
+    last, trade = fake.last_name().upper(), rng.choice(MY_TRADES)
     name = rng.choice(
         (
             f"{last} {trade}",
@@ -122,7 +86,7 @@ def _company(rng: random.Random, fake: Faker) -> str:
             f"{last} {fake.word().upper()}",
         )
     )
-    name = f"{name} {rng.choice(SUFFIXES)}"
+    name = f"{name} {rng.choice(MY_SUFFIXES)}"
     return name if rng.random() < 0.8 else name.title().replace("Sdn Bhd", "Sdn. Bhd.")
 
 
@@ -208,7 +172,7 @@ def _receipt(rng: random.Random, fake: Faker, fit, rule: str, missing_prob: floa
     style = rng.choice("ab") if variety else "a"
     subtotal, qty_total = 0.0, 0
     for _ in range(rng.randint(1, 8)):
-        name = rng.choice(PRODUCTS) if rng.random() < 0.6 else f"{fake.word().upper()} {fake.word().upper()}"
+        name = rng.choice(MY_PRODUCTS) if rng.random() < 0.6 else f"{fake.word().upper()} {fake.word().upper()}"
         qty, price = rng.randint(1, 5), round(rng.uniform(0.5, 80.0), 2)
         amount = round(qty * price, 2)
         subtotal, qty_total = subtotal + amount, qty_total + qty
@@ -320,42 +284,6 @@ def _form(rng: random.Random, fake: Faker, fit, rule: str, missing_prob: float, 
         [("Signature: ____________", 0, "l"), (f"Page 1 of {rng.randint(1, 3)}", 1, "r")],
     ]
     return rows, fields
-
-
-_CONFUSIONS = {
-    "O": "0",
-    "0": "O",
-    "I": "1",
-    "l": "1",
-    "1": "l",
-    "S": "5",
-    "5": "S",
-    "B": "8",
-    "8": "B",
-    "Z": "2",
-    "G": "6",
-    ".": ",",
-    ",": ".",
-    "E": "F",
-    "rn": "m",
-}
-
-
-def ocr_noise(text: str, rng: random.Random, p: float) -> str:
-    """OCR-like character errors, each character hit with probability p (confusion, drop, split)."""
-    out = []
-    for ch in text:
-        if rng.random() >= p:
-            out.append(ch)
-            continue
-        roll = rng.random()
-        if ch in _CONFUSIONS and roll < 0.6:
-            out.append(_CONFUSIONS[ch])
-        elif roll < 0.8:
-            continue  # dropped
-        else:
-            out.append(ch + " " if ch != " " else "")
-    return "".join(out).strip() or text
 
 
 def _check(render: bool, out_dir) -> None:
