@@ -359,14 +359,13 @@ def test_timeout_and_a_responsive_loop(tiny_extractor, monkeypatch):
         async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
             slow = asyncio.create_task(c.post("/extract", json={"text": "Total 1.00"}))
             await asyncio.sleep(0.1)  # the model is busy now
-            t0 = time.perf_counter()
             health = await c.get("/health")
-            health_s = time.perf_counter() - t0
-            return await slow, health, health_s
+            busy = not slow.done()  # answered while the extraction still runs
+            return await slow, health, busy
 
-    slow, health, health_s = asyncio.run(scenario())
+    slow, health, busy = asyncio.run(scenario())
     error(slow, 504, "timeout", "deadline")
-    assert health.status_code == 200 and health_s < 0.3
+    assert health.status_code == 200 and busy
 
 
 def test_the_app_can_be_started_again(tiny_extractor):

