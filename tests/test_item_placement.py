@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pipkie.decoding.items import ItemPlacer, Placement, apply_span, stream_lines
+from pipkie.decoding.items import ItemPlacer, Placement, stream_lines
 from pipkie.model.template import FieldSlots
 
 # a document of two lines, as copy-stream positions (the line break token at 13 is not in the stream)
@@ -73,39 +73,40 @@ def test_past_the_last_word_nothing_is_left():
     assert placer.allow(field(1, "name")) is None
     assert placer.place(field(1, "name"), one_hot(6), lengths(1)).ended
     toks = torch.tensor([9, 8, 7, 6])
-    assert apply_span(toks, torch.ones(4), 0, 4, Placement(0, ended=True), torch.zeros(4), IDS, 0)
+    assert placer.write_span(toks, torch.ones(4), 0, 4, Placement(0, ended=True), torch.zeros(4), 0)
     assert toks.tolist() == [0, 0, 0, 0]  # no more items
 
 
 def test_a_copied_span_replaces_the_slots_answer_with_its_probability():
-    end = 0
+    end, placer = 0, ItemPlacer(POS, IDS, WORD_INITIAL)
     toks, conf = torch.tensor([9, end, end, end]), torch.tensor([0.5, 0.5, 0.9, 0.9])
     place = Placement(start=2, back=1, line_end=4, p_start=0.8, p_len=torch.tensor([0.8, 0.1, 0.05, 0.05]))
-    assert apply_span(toks, conf, 0, 4, place, torch.tensor([0.1, 0.1, 0.1, 0.1]), IDS, end)
+    assert placer.write_span(toks, conf, 0, 4, place, torch.tensor([0.1, 0.1, 0.1, 0.1]), end)
     assert toks.tolist() == [103, 203, end, end]  # one slot + the token moved back over: "12,00"
     assert torch.exp(conf[:3].log().mean()).item() == pytest.approx(0.64 ** (1 / 3))
     long = torch.tensor([9, 8, 7, end])  # three tokens from "12": cut at the line's end
-    assert apply_span(long, torch.ones(4), 0, 4, place, torch.zeros(4), IDS, end)
+    assert placer.write_span(long, torch.ones(4), 0, 4, place, torch.zeros(4), end)
     assert long.tolist() == [103, 203, end, end]
 
 
 def test_a_span_that_stops_inside_a_word_takes_the_words_end():
     placer = ItemPlacer(POS, IDS, WORD_INITIAL)
     assert placer.word_ends.tolist() == [0, 1, 3, 3, 4, 6, 6]
+    assert placer.word_starts.tolist() == [0, 1, 2, 2, 4, 5, 5]
     place = placer.place(field(0, "price"), one_hot(2), lengths(1))  # "12"
     toks = torch.tensor([103, 0, 0, 0])  # the slots gave one token
-    assert apply_span(toks, torch.ones(4), 0, 4, place, torch.zeros(4), IDS, 0)
+    assert placer.write_span(toks, torch.ones(4), 0, 4, place, torch.zeros(4), 0)
     assert toks.tolist() == [103, 203, 0, 0]  # "12,00"
 
 
 def test_the_slots_answer_stays_when_the_lm_carries_it_or_the_list_ends():
-    end = 0
+    end, placer = 0, ItemPlacer(POS, IDS, WORD_INITIAL)
     place = Placement(start=2, back=0, line_end=4, p_start=0.8, p_len=torch.full((4,), 0.25))
     toks = torch.tensor([9, 8, end, end])
-    assert not apply_span(toks, torch.ones(4), 0, 4, place, torch.tensor([0.9, 0.8, 0.5, 0.5]), IDS, end)
+    assert not placer.write_span(toks, torch.ones(4), 0, 4, place, torch.tensor([0.9, 0.8, 0.5, 0.5]), end)
     assert toks.tolist() == [9, 8, end, end]
     stop = torch.tensor([end, end, end, end])  # "no more items"
-    assert not apply_span(stop, torch.ones(4), 0, 4, place, torch.zeros(4), IDS, end)
+    assert not placer.write_span(stop, torch.ones(4), 0, 4, place, torch.zeros(4), end)
     assert stop.tolist() == [end] * 4
 
 

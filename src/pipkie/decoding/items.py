@@ -59,37 +59,37 @@ class Placement:
     p_start: float = 0.0  # the copy head's probability of the argmax start
     p_len: torch.Tensor | None = None  # (K,) its length distribution from that start
     ended: bool = False  # nothing of the document is left past the previous item: no value
-    word_ends: torch.Tensor | None = None  # (M,) per stream index, the last index of its word
 
 
 @dataclass
 class ItemPlacer:
-    """One row's list fields: `allow(f)` before the field's copy distributions, `place(...)` after."""
+    """One row's list fields: `allow(f)` before the field's copy distributions, `place(...)` after,
+    `write_span(...)` once the slots have their tokens."""
 
     stream: torch.Tensor  # (M,) input positions of the copy stream
     stream_ids: torch.Tensor  # (M,) their token ids
     word_initial: set[int]  # token ids that begin with whitespace (`TemplateBuilder.space_ids`)
     blank: set[int] = field(default_factory=set)  # those made of whitespace only
-    lines: torch.Tensor = field(init=False)
+    lines: torch.Tensor = field(init=False)  # (M,) line number of each stream index
+    word_starts: torch.Tensor = field(init=False)  # (M,) the first stream index of each token's word
+    word_ends: torch.Tensor = field(init=False)  # (M,) the last stream index of each token's word
     previous: dict[tuple[str, str], int] = field(default_factory=dict)  # (list, field) -> its word's end
     anchor: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)  # -> (line, start, end)
     ended: set[str] = field(default_factory=set)  # fields with nothing left to start on
 
     def __post_init__(self):
         self.lines = stream_lines(self.stream)
-        self._word_ends: torch.Tensor | None = None
-
-    @property
-    def word_ends(self) -> torch.Tensor:
-        """(M,) the last stream index of each token's word."""
-        if self._word_ends is None:
-            ends, last = [0] * len(self.stream), len(self.stream) - 1
-            for m in range(len(self.stream) - 1, -1, -1):
-                ends[m] = last
-                if not self._inside(m):
-                    last = m - 1
-            self._word_ends = torch.tensor(ends, dtype=torch.long)
-        return self._word_ends
+        m = len(self.stream)
+        inside = [self._inside(j) for j in range(m)]
+        starts, ends = list(range(m)), list(range(m))
+        for j in range(1, m):
+            if inside[j]:
+                starts[j] = starts[j - 1]
+        for j in range(m - 2, -1, -1):
+            if inside[j + 1]:
+                ends[j] = ends[j + 1]
+        self.word_starts = torch.tensor(starts, dtype=torch.long)
+        self.word_ends = torch.tensor(ends, dtype=torch.long)
 
     def allow(self, f: FieldSlots) -> torch.Tensor | None:
         """(M,) where field f may start (None: anywhere, or nowhere when the previous item's same
@@ -124,10 +124,8 @@ class ItemPlacer:
         )
 
     def word_start(self, m: int) -> int:
-        """Stream index m moved back to the first token of its word."""
-        while WORD_START and self._inside(m):
-            m -= 1
-        return m
+        """Stream index m moved back to the first token of its word (`WORD_START`)."""
+        return int(self.word_starts[m]) if WORD_START else m
 
     def word_end(self, m: int) -> int:
         """The last token of the word that token m is in."""
@@ -146,32 +144,29 @@ class ItemPlacer:
         self.previous[(f.group, f.field)] = end
         self.anchor.setdefault((f.group, f.item), (int(self.lines[m]), m, end + 1))
         line_end = int((self.lines <= self.lines[m]).sum())  # lines are non-decreasing
-        return Placement(m, m0 - m, line_end, float(p_start[m0]), p_len[m0], word_ends=self.word_ends)
+        return Placement(m, m0 - m, line_end, float(p_start[m0]), p_len[m0])
 
-
-def apply_span(
-    toks: torch.Tensor, conf: torch.Tensor, i: int, k: int, place: Placement | None, gate, stream_ids, end_id: int
-) -> bool:
-    """Rewrite the field's k slots from i (in place) as one span of the document when the copy
-    carries it and the slots gave a value: the slots' length (+ the tokens `back`), cut at the
-    line's end; a field with nothing left (`ended`) gets no value. True when it changed them."""
-    if place is None:
-        return False
-    if place.ended:
+    def write_span(
+        self, toks: torch.Tensor, conf: torch.Tensor, i: int, k: int, place: Placement, gate, end_id: int
+    ) -> bool:
+        """Rewrite the field's k slots from i (in place) as one span of the document when the copy
+        carries it and the slots gave a value: the slots' length (+ the tokens `back`), cut at the
+        line's end, to the end of the word it stops in (as `snap`); a field with nothing left
+        (`ended`) gets no value. True when it changed them."""
+        if place.ended:
+            toks[i : i + k] = end_id
+            return True
+        if not COPY_SPAN or int(toks[i]) == end_id:
+            return False
+        ends = (toks[i : i + k] == end_id).nonzero()
+        n_slots = int(ends[0]) if len(ends) else k
+        if float(gate[:n_slots].mean()) >= COPY_GATE:
+            return False
+        n = min(n_slots + place.back, k, place.line_end - place.start)
+        n = min(int(self.word_ends[place.start + n - 1]) - place.start + 1, k)
         toks[i : i + k] = end_id
+        toks[i : i + n] = self.stream_ids[place.start : place.start + n].to(toks.device)
+        prob = place.p_start * float(place.p_len[n_slots - 1])
+        counted = min(n + 1, k)  # the value and its end token (`_field_result`)
+        conf[i : i + counted] = max(prob, 1e-12) ** (1.0 / counted)
         return True
-    if not COPY_SPAN or int(toks[i]) == end_id:
-        return False
-    ends = (toks[i : i + k] == end_id).nonzero()
-    n_slots = int(ends[0]) if len(ends) else k
-    if float(gate[:n_slots].mean()) >= COPY_GATE:
-        return False
-    n = min(n_slots + place.back, k, place.line_end - place.start)
-    if place.word_ends is not None:  # a span that stops inside a word takes the word's end (as `snap`)
-        n = min(int(place.word_ends[place.start + n - 1]) - place.start + 1, k)
-    toks[i : i + k] = end_id
-    toks[i : i + n] = stream_ids[place.start : place.start + n].to(toks.device)
-    prob = place.p_start * float(place.p_len[n_slots - 1])
-    counted = min(n + 1, k)  # the value and its end token (`_field_result`)
-    conf[i : i + counted] = max(prob, 1e-12) ** (1.0 / counted)
-    return True

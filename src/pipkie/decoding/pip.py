@@ -21,7 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from pipkie.decoding.base import Decoder
-from pipkie.decoding.items import ItemPlacer, apply_span
+from pipkie.decoding.items import ItemPlacer
 from pipkie.decoding.results import Prediction, collect
 from pipkie.decoding.slot_head import choose, lm_logits
 from pipkie.model.attention import build_attention_mask, causal_rows
@@ -169,7 +169,8 @@ def predict_slots(
             ended = (past > 0.5).nonzero()
             n = int(ended[0]) + 1 if lazy and len(ended) else f.length
             fields.append((total, n, span, p_start, gate, past))
-            spans.append((total, f.length, place, gate, stream_ids))
+            if place is not None:
+                spans.append((total, f.length, place, gate, placer))
             need.append(torch.arange(total, total + n))
             total += f.length
     chosen = choose(model, slot_hidden[torch.cat(need)], [(n, span, p, g, past) for _, n, span, p, g, past in fields])
@@ -180,9 +181,8 @@ def predict_slots(
         conf[i : i + len(past)] = past  # skipped slots: <|pip_end|> with p >= past
         conf[i : i + n], toks[i : i + n] = chosen[0][j : j + n], chosen[1][j : j + n]
         j += n
-    for i, k, place, gate, stream_ids in spans:
-        if place is not None:
-            apply_span(toks, conf, i, k, place, gate, stream_ids, builder.end_id)
+    for i, k, place, gate, placer in spans:
+        placer.write_span(toks, conf, i, k, place, gate, builder.end_id)
     return conf, toks
 
 
