@@ -36,7 +36,8 @@ def test_schema_sources_agree(tmp_path):
         ("a,a", "twice"),
         ("a,,b", "blank"),
         (["x" * 65], "characters long"),
-        ("total:", "characters other"),
+        ("total:", "unknown value type ''"),  # name:type, the type left out
+        ("a:b:date", "characters other"),
         ({"properties": {"n": {"type": "integer"}}}, "must be a string"),
         ({"type": "object"}, "properties"),
         ({"properties": {"d": {"type": "string", "maxLength": "ten"}}}, "must be an integer"),

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipkie.decoding.types import VALUE_TYPES, check_type
+
 MAX_KEYS = 64
 MAX_KEY_CHARS = 64
 MAX_VALUE_TOKENS = 256
@@ -45,8 +47,14 @@ class Key:
     description: str | None = None
     max_tokens: int | None = None  # mask budget; None = from max_chars, else the model's default for this key
     max_chars: int | None = None  # longest value in characters (turned into slots by the tokenizer)
+    type: str | None = None  # the kind of value (date, time, money, phone): a decoding constraint, `decoding.types`
 
     def __post_init__(self):
+        if self.type is not None:
+            try:
+                check_type(self.type)
+            except ValueError as e:
+                raise SchemaError(f"key {self.name!r}: {e}") from None
         name = self.name.strip() if isinstance(self.name, str) else self.name
         if not isinstance(name, str) or not name:
             raise SchemaError("a key name is blank")
@@ -177,6 +185,9 @@ class KeySchema:
                 groups.append(n)
             elif isinstance(n, str) and ("[" in n or "]" in n):
                 groups.append(parse_group(n))
+            elif isinstance(n, str) and ":" in n:  # "date:date": a typed key (`Key.type`)
+                name, _, kind = n.rpartition(":")
+                keys.append(Key(name, type=kind.strip()))
             elif isinstance(n, str):
                 keys.append(Key(n))
             else:
@@ -268,7 +279,9 @@ def _string_key(name: str, p: dict, root: dict, inside: str | None = None) -> Ke
     for what, v in (("x-max-tokens", budget), ("maxLength", chars)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise SchemaError(f"{where}: {what} must be an integer, got {v!r}")
-    return Key(name, p.get("description"), budget, None if budget is not None else chars)
+    kind = p.get("x-type", p.get("format"))  # JSON schema's formats that are value types; others are not checked
+    kind = kind if kind in VALUE_TYPES else None
+    return Key(name, p.get("description"), budget, None if budget is not None else chars, kind)
 
 
 _GROUP = re.compile(r"^\s*([^\[\]]+?)\s*\[([^\[\]]*)\]\s*$")

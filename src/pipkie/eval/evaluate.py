@@ -167,7 +167,7 @@ def evaluate(
         log(f"warning: {w}")
     fingerprint = run_fingerprint(
         model=model_id,
-        keys=[[k.name, k.description, builder.budget(k)] for k in schema],
+        keys=[[k.name, k.description, builder.budget(k), *([k.type] if k.type else [])] for k in schema],
         decode=decode,
         refine_steps=refine_steps,
         ocr=ocr,

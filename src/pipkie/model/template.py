@@ -337,7 +337,7 @@ class TemplateBuilder:
         ids, targets, blocks, slots = [], [], [], []
         for i, k in enumerate(schema):
             h, b = self.header(k), self.budget(k)
-            slots.append(FieldSlots(k.name, offset + len(ids) + len(h), b))
+            slots.append(FieldSlots(k.name, offset + len(ids) + len(h), b, type=k.type))
             ids += h + [self.slot_input(j) for j in range(b)]
             blocks += [1 + i if self.field_blocks else 1] * (len(h) + b)
             if values is not None:

@@ -1,0 +1,91 @@
+"""Typed keys: a value that must be a date, a time, an amount or a phone number.
+
+A key may say what kind of value it wants (`Key.type`: `date:date` in the shorthand, JSON schema's
+`"format": "date"`, pydantic's `datetime.date`). The type is not written into the template (the
+model was not trained with it): it constrains decoding, in the same pass.
+
+- PIP (`typed_start`): when the decoded value is not of its type, the copy head's start
+  distribution already ranks the document's other places; the value becomes the first of its
+  `TOP_STARTS` likeliest starts whose rest of the line begins with a value of the type (as many
+  tokens as that value takes), with the copy head's probability of that start as its confidence.
+  When none of them does, the key answers `unknown`.
+- AR (`reject`): the decoder has no ranked alternatives without decoding again, so a value not of
+  its type answers `unknown`.
+
+A value *is* of its type when the type's pattern matches all of it (spaces at its ends aside).
+The patterns accept the ways receipts and invoices print these things across locales
+(`12/30/2016`, `30.12.16`, `2016-12-30`, `30 Dec 2016`, `Jul19'14`, `ThuAug09,2012`; `8:39AM`,
+`13:46`, `11:41A`; `$1,234.56`, `12,00 EUR`, `-5.00`; `(714)879-3574`, `+60 3-1234 5678`); a
+value that glues other text to its type's (`Subtotal146.00`) is not one. Chosen on WildReceipt
+dev (docs/RESULTS.md "Typed keys").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the schema reads the type names; torch is not imported for that
+    import torch
+
+_MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
+_DAY_NAME = r"(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?"
+_NUMERIC_DATE = r"(?:\d{1,4}[/-]\d{1,2}(?:[/-]\d{2,4})?|\d{1,2}\.\d{1,2}\.\d{2,4}|\d{4}\.\d{1,2}\.\d{1,2})(?!\d)"
+_DAY_MONTH = rf"\d{{1,2}}(?:st|nd|rd|th)?[\s.-]*{_MONTH}(?:[\s.,-]*'?\d{{2,4}})?(?!\d)"
+_MONTH_DAY = rf"{_MONTH}[\s.-]*\d{{1,2}}(?:st|nd|rd|th)?(?:[\s.,-]*'?\d{{2,4}})?(?!\d)"
+_AMPM = r"\s*:?[ap]\.?(?:m\.?)?"  # 8:39AM, 11:41A, 05:10:PM
+
+VALUE_TYPES: dict[str, re.Pattern] = {
+    "date": re.compile(rf"(?:{_DAY_NAME},?\s*)?(?:{_NUMERIC_DATE}|{_DAY_MONTH}|{_MONTH_DAY})(?:{_DAY_NAME})?", re.I),
+    # 12:30, 12:30:05, 13h46, 8.39 pm (a dot only with am/pm: 12.99 is a price)
+    "time": re.compile(rf"\d{{1,2}}(?:[:h]\d{{2}}(?::\d{{2}})?(?:{_AMPM})?|\.\d{{2}}\s*[ap]\.?m\.?)(?!\d)", re.I),
+    # an amount with cents or thousands groups, a currency before or after it, a sign or a trailing minus
+    "money": re.compile(
+        r"[-(]?(?:[^\d\s]{1,4}\s?)?-?(?:\d{1,3}(?:[,.\s']\d{3})+(?:[.,]\d{1,2})?|\d+[.,]\d{1,2})(?!\d)"
+        r"(?:\s?[^\d\s]{1,4})?-?\)?"
+    ),
+    "phone": re.compile(r"\+?\(?\d[\d\s().-]{5,}\d"),
+}
+TOP_STARTS = 8  # the copy head's likeliest starts a typed value is looked for in
+
+
+def check_type(name: str) -> str:
+    """`name` if it is a known value type, else ValueError naming the known ones."""
+    if name not in VALUE_TYPES:
+        raise ValueError(f"unknown value type {name!r} (known: {', '.join(VALUE_TYPES)})")
+    return name
+
+
+def is_typed(kind: str, value: str | None) -> bool:
+    """True when all of `value` is a value of type `kind`."""
+    return value is not None and VALUE_TYPES[kind].fullmatch(value.strip()) is not None
+
+
+def reject(kind: str | None, value: str | None) -> str | None:
+    """AR's rule: the value, or None (`unknown`) when it is not of its type."""
+    return value if kind is None or value is None or is_typed(kind, value) else None
+
+
+def typed_start(
+    kind: str, decode, stream_ids: torch.Tensor, lines: torch.Tensor, p_start: torch.Tensor
+) -> tuple[int, int, float] | None:
+    """(start, tokens, probability) of the likeliest of the copy head's `TOP_STARTS` starts whose
+    rest of the line begins with a value of type `kind` (`decode`: token ids -> text); None when
+    none does."""
+    if len(p_start) == 0:
+        return None
+    pattern = VALUE_TYPES[kind]
+    line = lines.tolist()
+    for m in p_start.topk(min(TOP_STARTS, len(p_start))).indices.tolist():
+        end = m
+        while end < len(line) and line[end] == line[m]:
+            end += 1
+        rest = stream_ids[m:end].tolist()
+        text = decode(rest)
+        lead = len(text) - len(text.lstrip())
+        found = pattern.match(text, lead)
+        if found is None:
+            continue
+        n = next(j for j in range(1, len(rest) + 1) if len(decode(rest[:j])) >= found.end())
+        return m, n, float(p_start[m])
+    return None

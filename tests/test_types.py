@@ -1,0 +1,86 @@
+"""Typed keys (`pipkie.decoding.types`): what counts as a date, a time, an amount, a phone number;
+where a schema says so; and what the decoders answer for a value that is not of its type."""
+
+import datetime
+
+import pytest
+import torch
+from pydantic import BaseModel
+
+from pipkie.decoding.types import is_typed, reject, typed_start
+from pipkie.schema import KeySchema, SchemaError
+from tests.test_extract import tiny_copy_extractor, tiny_extractor, tiny_model_dir  # noqa: F401
+
+OF_TYPE = {
+    "date": [
+        "12/30/2016",
+        "30.12.16",
+        "2016-12-30",
+        "30 Dec 2016",
+        "Jul19'14",
+        "ThuAug09,2012",
+        "12/30/2016FRI",
+        "04/11",
+    ],
+    "time": ["8:39AM", "13:46", "11:41A", "05:10:PM", "7:23:34P", "13h46", "8.39 pm"],
+    "money": ["$1,234.56", "12,00 EUR", "-5.00", "$108.85-", "£70.32", "Eur154,40", "224,400", "RM 12.50"],
+    "phone": ["(714)879-3574", "+60 3-1234 5678", "206-441-9785", "04.3388325"],
+}
+NOT_OF_TYPE = {
+    "date": ["206-441-9785", "12.99", "1 SOFTDRINKS 5", "7349944004", "8:39AM"],
+    "time": ["12.99", "12/30/2016", "TOTAL"],
+    "money": ["2545", "1", "Subtotal146.00", "12/30/2016"],
+    "phone": ["12.99", "$60.44", "Tel:"],
+}
+
+
+@pytest.mark.parametrize("kind", OF_TYPE)
+def test_what_a_type_accepts_and_refuses(kind):
+    assert [v for v in OF_TYPE[kind] if not is_typed(kind, v)] == []
+    assert [v for v in NOT_OF_TYPE[kind] if is_typed(kind, v)] == []
+    assert reject(kind, NOT_OF_TYPE[kind][0]) is None and reject(kind, OF_TYPE[kind][0]) == OF_TYPE[kind][0]
+    assert reject(None, "anything") == "anything"
+
+
+def test_a_schema_says_the_type():
+    ks = KeySchema.parse("company, date:date, total : money, items[name,price]")
+    assert [k.type for k in ks] == [None, "date", "money"] and ks.names == ["company", "date", "total"]
+    js = {
+        "type": "object",
+        "properties": {"d": {"type": "string", "format": "date"}, "e": {"type": "string", "format": "email"}},
+    }
+    assert [k.type for k in KeySchema.parse(js)] == ["date", None]  # formats that are not value types: unchecked
+
+    class Receipt(BaseModel):
+        date: datetime.date
+        total: str
+
+    assert [k.type for k in KeySchema.parse(Receipt)] == ["date", None]
+    with pytest.raises(SchemaError, match="unknown value type 'dat'.*date, time, money, phone"):
+        KeySchema.parse("date:dat")
+
+
+def test_the_likeliest_start_that_begins_a_value_of_the_type():
+    # two lines: "Tel 206-441-9785" / "Date 12/30/2016 FRI"; one token per word, decoded by a lookup
+    words = ["Tel", " 206-441-9785", "Date", " 12/30", "/2016", " FRI"]
+    ids, lines = torch.arange(len(words)), torch.tensor([0, 0, 1, 1, 1, 1])
+
+    def decode(toks):
+        return "".join(words[t] for t in toks)
+
+    p = torch.tensor([0.05, 0.6, 0.05, 0.25, 0.03, 0.02])  # the phone number is likelier
+    assert typed_start("date", decode, ids, lines, p) == (3, 2, pytest.approx(0.25))  # " 12/30" "/2016"
+    assert typed_start("phone", decode, ids, lines, p)[:2] == (1, 1)
+    assert typed_start("time", decode, ids, lines, p) is None  # no start begins a time
+
+
+@pytest.mark.parametrize("decode", ["pip", "ar-forced"])
+def test_typed_keys_answer_a_value_of_their_type_or_unknown(tiny_copy_extractor, tiny_extractor, decode):
+    """Random tiny models answer anything; with a type, only values of that type (or unknown)."""
+    ex = tiny_copy_extractor if decode == "pip" else tiny_extractor
+    text = "GOLDEN CAFE\nTel 206-441-9785\nDate 12/30/2016 FRI 8:39AM\nTOTAL $60.44"
+    plain = ex.extract(None, "date,time,total,tel", decode=decode, text=text).values()
+    typed = ex.extract(None, "date:date,time:time,total:money,tel:phone", decode=decode, text=text).values()
+    kinds = {"date": "date", "time": "time", "total": "money", "tel": "phone"}
+    assert any(v is not None and not is_typed(kinds[k], v) for k, v in plain.items())  # the check can fail
+    assert all(v is None or is_typed(kinds[k], v) for k, v in typed.items())
