@@ -5,6 +5,7 @@ import pytest
 from pipkie.decoding.results import FieldResult
 from pipkie.decoding.snap import snap_predictions, snap_to_words
 from pipkie.model.groups import ItemsResult
+from pipkie.schema import KeySchema
 
 TEXT = "BIBIM $13.99\nPORKDUMPLINT1 $14.99\nMR. D.I.Y. SDN BHD (126926-H)\nTOTAL $60.44\n13.99"
 
@@ -55,5 +56,7 @@ def test_every_decoder_snaps_unless_asked_not_to(monkeypatch):
     for name in ("pip", "ar-forced", "ar-free"):
         dec = get_decoder(name)
         monkeypatch.setattr(type(dec), "decode", lambda self, *a, **k: [{"total": FieldResult("$60.4", 0.9)}])
-        assert dec(None, None, [TEXT], [None])[0]["total"].value == "$60.44"
-        assert dec(None, None, [TEXT], [None], snap=False)[0]["total"].value == "$60.4"
+        plain, typed = KeySchema.parse("total"), KeySchema.parse("total:date")
+        assert dec(None, None, [TEXT], [plain])[0]["total"].value == "$60.44"
+        assert dec(None, None, [TEXT], [plain], snap=False)[0]["total"].value == "$60.4"
+        assert dec(None, None, [TEXT], [typed])[0]["total"].value is None  # and a typed key's rule, last

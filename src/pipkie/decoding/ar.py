@@ -27,7 +27,6 @@ from pipkie.decoding.base import Decoder
 from pipkie.decoding.pip import final_hidden, left_pad, positions
 from pipkie.decoding.results import FieldResult, Prediction, field_result, geo_mean
 from pipkie.decoding.slot_head import greedy
-from pipkie.decoding.types import reject
 from pipkie.model.groups import ar_steps, collect, parse_free_item
 from pipkie.model.template import TemplateBuilder
 from pipkie.schema import KeySchema
@@ -134,15 +133,10 @@ def _advance(builder: TemplateBuilder, r: _Row, tok: int, prob: float) -> list[i
 
 def _finish(builder: TemplateBuilder, r: _Row) -> Prediction:
     if r.free:
-        out = parse_free_answer(builder, r.toks, r.probs, r.schema.names, r.schema)
-    else:
-        out = {k.name: r.results.get(k.name, FieldResult(None, 0.0)) for k in r.schema}
-        for g in r.schema.groups:
-            out[g.name] = collect(g, r.items.get(g.name, []), lambda: FieldResult(None, 0.0))
-    for k in r.schema:  # a typed key's value not of its type: unknown (`decoding.types.reject`)
-        res = out[k.name]
-        if k.type and res.value is not None and reject(k.type, res.value) is None:
-            out[k.name] = FieldResult(None, res.confidence, res.tokens)
+        return parse_free_answer(builder, r.toks, r.probs, r.schema.names, r.schema)
+    out = {k.name: r.results.get(k.name, FieldResult(None, 0.0)) for k in r.schema}
+    for g in r.schema.groups:
+        out[g.name] = collect(g, r.items.get(g.name, []), lambda: FieldResult(None, 0.0))
     return out
 
 

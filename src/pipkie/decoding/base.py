@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 from pipkie.decoding.snap import snap_predictions  # (plain Python: no torch)
+from pipkie.decoding.types import reject_untyped  # (plain Python too)
 
 if TYPE_CHECKING:  # (decoders are listed without importing torch: `pipkie.decoding`)
     from pipkie.model.template import Encoded, TemplateBuilder
@@ -53,11 +54,13 @@ class Decoder(ABC):
         self, model, builder, texts, schemas, *, pattern="prefix_causal", refine_steps=0, trace=None, snap=True
     ):
         """`decode`, and with `snap` every value that ends inside a document word completed to the
-        word's end (`pipkie.decoding.snap`), for every decoder alike."""
+        word's end (`pipkie.decoding.snap`), then a typed key's value not of its type made unknown
+        (`pipkie.decoding.types`), for every decoder alike."""
         if refine_steps and not self.refines:
             raise ValueError(f"decode {self.name!r} does not refine (refine_steps={refine_steps})")
         preds = self.decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace)
-        return snap_predictions(preds, texts) if snap else preds
+        preds = snap_predictions(preds, texts) if snap else preds
+        return [reject_untyped(p, s) for p, s in zip(preds, schemas)]
 
     def __repr__(self) -> str:
         return f"<Decoder {self.name}>"

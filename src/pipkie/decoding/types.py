@@ -9,8 +9,9 @@ model was not trained with it): it constrains decoding, in the same pass.
   `TOP_STARTS` likeliest starts whose rest of the line begins with a value of the type (as many
   tokens as that value takes), with the copy head's probability of that start as its confidence.
   When none of them does, the key answers `unknown`.
-- AR (`reject`): the decoder has no ranked alternatives without decoding again, so a value not of
-  its type answers `unknown`.
+- Every decoder, last (`reject_untyped`, in `Decoder.__call__` after values are snapped to words):
+  a value not of its type answers `unknown`. That is AR's whole rule, as it has no ranked
+  alternatives without decoding again; for PIP it catches what snapping made of a typed value.
 
 A value *is* of its type when the type's pattern matches all of it (spaces at its ends aside).
 The patterns accept the ways receipts and invoices print these things across locales
@@ -23,6 +24,7 @@ dev (docs/RESULTS.md "Typed keys").
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the schema reads the type names; torch is not imported for that
@@ -64,6 +66,17 @@ def is_typed(kind: str, value: str | None) -> bool:
 def reject(kind: str | None, value: str | None) -> str | None:
     """AR's rule: the value, or None (`unknown`) when it is not of its type."""
     return value if kind is None or value is None or is_typed(kind, value) else None
+
+
+def reject_untyped(pred: dict, schema) -> dict:
+    """A decoder's results for one document with every typed key's value that is not of its type
+    made unknown (what `Decoder.__call__` does last, after snapping, for every decoder)."""
+    out = dict(pred)
+    for k in schema:
+        r = out.get(k.name)
+        if k.type and r is not None and r.value is not None and reject(k.type, r.value) is None:
+            out[k.name] = replace(r, value=None, truncated=False)
+    return out
 
 
 def typed_start(
