@@ -84,3 +84,19 @@ def test_typed_keys_answer_a_value_of_their_type_or_unknown(tiny_copy_extractor,
     kinds = {"date": "date", "time": "time", "total": "money", "tel": "phone"}
     assert any(v is not None and not is_typed(kinds[k], v) for k, v in plain.items())  # the check can fail
     assert all(v is None or is_typed(kinds[k], v) for k, v in typed.items())
+
+
+def test_the_service_takes_typed_keys(tiny_copy_extractor):
+    from fastapi.testclient import TestClient
+
+    from pipkie.serve import create_app
+
+    text = "GOLDEN CAFE\nTel 206-441-9785\nDate 12/30/2016 FRI 8:39AM\nTOTAL $60.44"
+    with TestClient(create_app(tiny_copy_extractor)) as c:
+        res = c.post("/extract", json={"text": text, "keys": "date:date,total:money"})
+        assert res.status_code == 200, res.text
+        fields = res.json()["fields"]
+        assert set(fields) == {"date", "total"}
+        assert all(f["value"] is None or is_typed(k, f["value"]) for k, f in zip(("date", "money"), fields.values()))
+        bad = c.post("/extract", json={"text": text, "keys": "date:when"})
+        assert bad.status_code == 422 and "unknown value type 'when'" in bad.text
