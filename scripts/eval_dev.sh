@@ -5,7 +5,7 @@
 # rapidocr, cached in $OCR_CACHE), wr-open (keys tel,time,subtotal,tax), sroie-dev (59 receipts
 # carved from SROIE train), kleister (Kleister-NDA dev-0), wr-items (WildReceipt dev line items,
 # items[name,quantity,price]), gen-items (the same on 100 held-out generated receipts),
-# wr-sroie-typed / wr-images-typed / wr-open-typed (the same keys with value types: date:date, total:money, tel:phone,
+# wr-sroie-typed / wr-images-typed / wr-open-typed / sroie-dev-typed (the same keys with value types: date:date, total:money, tel:phone,
 # time:time, subtotal:money, tax:money; `pipkie.decoding.types`). Default: the first five.
 # Outputs: results/dev/<suite>-<decode>-$TAG.json (+ .predictions.jsonl, resumed only under the
 # same settings) and a reliability diagram for the WildReceipt suites.
@@ -43,6 +43,8 @@ for suite in $SUITES; do
     wr-open-typed) ev "$suite" --dataset wildreceipt --data-dir "$WR" --split dev \
                  --keys tel:phone,time:time,subtotal:money,tax:money ;;
     sroie-dev) ev "$suite" --dataset sroie --data-dir ../shared/data/sroie --split dev ;;
+    sroie-dev-typed) ev "$suite" --dataset sroie --data-dir ../shared/data/sroie --split dev \
+                 --keys company,date:date,address,total:money ;;
     wr-items)  ev "$suite" --dataset wildreceipt --data-dir "$WR" --split dev --keys "items[name,quantity,price]" ;;
     gen-items) ev "$suite" --dataset generated --data-dir world_receipts --split dev --limit 100 \
                  --keys "items[name,quantity,price]" ;;
