@@ -15,6 +15,10 @@ in one pass like the flat keys (`pipkie.model.groups`). It comes from a JSON-sch
 `"company,total,items[name,quantity,price]"`. `max_items` (`maxItems`) is how many items the
 template has room for (None: the template builder's default, `pipkie.model.groups.items_budget`). One
 level only: an item's fields are strings.
+
+A flat key may have a value type (`Key.type`: date, time, money, phone; `"date:date"` in the
+shorthand, JSON schema's `"format": "date"` or `"x-type": "money"`): decoding then answers a value of
+that type or `unknown` (`pipkie.decoding.types`).
 """
 
 from __future__ import annotations
@@ -200,7 +204,7 @@ class KeySchema:
         properties are strings (a `Group`; `maxItems` its item budget; `$ref`s into `$defs` are
         followed, as pydantic writes `list[Item]`). `maxLength` is kept as characters
         (`Key.max_chars`; the template builder turns it into slots with the model's tokenizer);
-        `x-max-tokens` sets the slots directly."""
+        `x-max-tokens` sets the slots directly; `x-type` (or a `format` such as "date") the value type."""
         keys, groups = [], []
         for name, p in _properties(schema, schema, "a JSON schema").items():
             array = _array_items(p, schema)
@@ -279,8 +283,9 @@ def _string_key(name: str, p: dict, root: dict, inside: str | None = None) -> Ke
     for what, v in (("x-max-tokens", budget), ("maxLength", chars)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise SchemaError(f"{where}: {what} must be an integer, got {v!r}")
-    kind = p.get("x-type", p.get("format"))  # JSON schema's formats that are value types; others are not checked
-    kind = kind if kind in VALUE_TYPES else None
+    # a value type: `x-type` (ours: an unknown one is an error), or a `format` that is one (others,
+    # such as "email", are not checked, as JSON schema leaves unknown formats to the reader)
+    kind = p["x-type"] if "x-type" in p else (p.get("format") if p.get("format") in VALUE_TYPES else None)
     return Key(name, p.get("description"), budget, None if budget is not None else chars, kind)
 
 

@@ -19,7 +19,9 @@ def evaluate(
     decode: str = typer.Option("pip", help=decoder_help("AR decoders run the model's AR baseline")),
     model: str | None = typer.Option(None, help="model directory (default: the shipped model)"),
     keys: str | None = typer.Option(
-        None, help="comma-separated keys, lists as items[name,quantity,price] (default: the model's)"
+        None,
+        help="comma-separated keys, typed as date:date (date, time, money, phone), "
+        "lists as items[name,quantity,price] (default: the model's)",
     ),
     schema: Path | None = typer.Option(
         None, help="a JSON-schema file (keys with descriptions/budgets, arrays of objects)"

@@ -19,8 +19,8 @@ def extract(
     ),
     keys: str | None = typer.Option(
         None,
-        help="comma-separated keys, e.g. company,date,address,total; a list of "
-        "items as items[name,quantity,price] (default: the model's keys)",
+        help="comma-separated keys, e.g. company,date,address,total; a typed key as date:date (date, "
+        "time, money, phone); a list of items as items[name,quantity,price] (default: the model's keys)",
     ),
     schema: Path | None = typer.Option(
         None, help="a JSON-schema file (instead of --keys): string properties, arrays of objects for lists (maxItems)"

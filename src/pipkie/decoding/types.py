@@ -64,7 +64,7 @@ def is_typed(kind: str, value: str | None) -> bool:
 
 
 def reject(kind: str | None, value: str | None) -> str | None:
-    """AR's rule: the value, or None (`unknown`) when it is not of its type."""
+    """The value, or None (`unknown`) when it is not of its type (kind None: any value)."""
     return value if kind is None or value is None or is_typed(kind, value) else None
 
 
