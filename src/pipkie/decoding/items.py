@@ -164,9 +164,17 @@ class ItemPlacer:
             return False
         n = min(n_slots + place.back, k, place.line_end - place.start)
         n = min(int(self.word_ends[place.start + n - 1]) - place.start + 1, k)
-        toks[i : i + k] = end_id
-        toks[i : i + n] = self.stream_ids[place.start : place.start + n].to(toks.device)
-        prob = place.p_start * float(place.p_len[n_slots - 1])
-        counted = min(n + 1, k)  # the value and its end token (`_field_result`)
-        conf[i : i + counted] = max(prob, 1e-12) ** (1.0 / counted)
+        copied = self.stream_ids[place.start : place.start + n]
+        put_copied(toks, conf, i, k, copied, place.p_start * float(place.p_len[n_slots - 1]), end_id)
         return True
+
+
+def put_copied(toks: torch.Tensor, conf: torch.Tensor, i: int, k: int, copied, prob: float, end_id: int) -> None:
+    """Write document tokens `copied` (at most k) into a field's k slots from i, `<|pip_end|>` after
+    them, with the probability `prob` of the whole value spread over its tokens and its end token
+    (so that the field's geometric-mean confidence, `results.field_result`, is `prob`^(1/(n+1)))."""
+    n = min(len(copied), k)
+    toks[i : i + k] = end_id
+    toks[i : i + n] = copied[:n].to(toks.device)
+    counted = min(n + 1, k)
+    conf[i : i + counted] = max(prob, 1e-12) ** (1.0 / counted)

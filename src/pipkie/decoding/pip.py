@@ -21,7 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from pipkie.decoding.base import Decoder
-from pipkie.decoding.items import ItemPlacer, stream_lines
+from pipkie.decoding.items import ItemPlacer, put_copied, stream_lines
 from pipkie.decoding.results import Prediction, collect
 from pipkie.decoding.slot_head import choose, lm_logits
 from pipkie.decoding.types import is_typed, typed_start
@@ -150,6 +150,7 @@ def predict_slots(
             trace.append({})
         lists = any(f.group for f in e.fields)
         placer = ItemPlacer(stream, stream_ids, builder.space_ids, builder.blank_ids) if lists else None
+        lines = placer.lines if placer is not None else None  # the row's line numbers, once (typed keys)
         for f in e.fields:
             span = FieldSpan(
                 row=r,
@@ -173,7 +174,8 @@ def predict_slots(
             if place is not None:
                 spans.append((total, f.length, place, gate, placer))
             if f.type is not None:
-                typed.append((total, f.length, f.type, p_start, stream_ids, stream))
+                lines = stream_lines(stream) if lines is None else lines
+                typed.append((total, f.length, f.type, p_start, stream_ids, lines))
             need.append(torch.arange(total, total + n))
             total += f.length
     chosen = choose(model, slot_hidden[torch.cat(need)], [(n, span, p, g, past) for _, n, span, p, g, past in fields])
@@ -186,29 +188,26 @@ def predict_slots(
         j += n
     for i, k, place, gate, placer in spans:
         placer.write_span(toks, conf, i, k, place, gate, builder.end_id)
-    for i, k, kind, p_start, stream_ids, stream in typed:
-        retype(builder, toks, conf, i, k, kind, p_start, stream_ids, stream_lines(stream))
+    for i, k, kind, p_start, stream_ids, lines in typed:
+        retype(builder, toks, conf, i, k, kind, p_start, stream_ids, lines)
     return conf, toks
 
 
 def retype(builder, toks, conf, i: int, k: int, kind: str, p_start, stream_ids, lines) -> bool:
     """A typed field's k slots from i (in place): a value not of its type becomes the copy head's
     likeliest start where one begins (`decoding.types.typed_start`), or `unknown` when none of its
-    top starts has one; the confidence is that start's probability, spread over the value's tokens
-    and its end token as `write_span` does. True when the slots changed."""
+    top starts has one; the confidence is that start's probability (`items.put_copied`). True when
+    the slots changed."""
     value = builder.decode_value(toks[i : i + k].tolist())
     if value is None or is_typed(kind, value):
         return False
     found = typed_start(kind, builder.tok.decode, stream_ids, lines, p_start)
-    toks[i : i + k] = builder.end_id
     if found is None:  # unknown, as sure as the copy head was that no start is the value's
+        toks[i : i + k] = builder.end_id
         conf[i : i + k] = 1.0 - float(p_start.max()) if len(p_start) else 1.0
         return True
     m, n, prob = found
-    n = min(n, k)
-    toks[i : i + n] = stream_ids[m : m + n].to(toks.device)
-    counted = min(n + 1, k)
-    conf[i : i + counted] = max(prob, 1e-12) ** (1.0 / counted)
+    put_copied(toks, conf, i, k, stream_ids[m : m + n], prob, builder.end_id)
     return True
 
 
