@@ -21,13 +21,15 @@ OF_TYPE = {
         "ThuAug09,2012",
         "12/30/2016FRI",
         "04/11",
+        "15/APR/2017",
+        "20180428",
     ],
     "time": ["8:39AM", "13:46", "11:41A", "05:10:PM", "7:23:34P", "13h46", "8.39 pm"],
     "money": ["$1,234.56", "12,00 EUR", "-5.00", "$108.85-", "£70.32", "Eur154,40", "224,400", "RM 12.50"],
     "phone": ["(714)879-3574", "+60 3-1234 5678", "206-441-9785", "04.3388325"],
 }
 NOT_OF_TYPE = {
-    "date": ["206-441-9785", "12.99", "1 SOFTDRINKS 5", "7349944004", "8:39AM"],
+    "date": ["206-441-9785", "12.99", "1 SOFTDRINKS 5", "7349944004", "8:39AM", "20181345"],
     "time": ["12.99", "12/30/2016", "TOTAL"],
     "money": ["2545", "1", "Subtotal146.00", "12/30/2016"],
     "phone": ["12.99", "$60.44", "Tel:"],
@@ -72,6 +74,13 @@ def test_the_likeliest_start_that_begins_a_value_of_the_type():
     assert typed_start("date", decode, ids, lines, p) == (3, 2, pytest.approx(0.25))  # " 12/30" "/2016"
     assert typed_start("phone", decode, ids, lines, p)[:2] == (1, 1)
     assert typed_start("time", decode, ids, lines, p) is None  # no start begins a time
+
+
+def test_an_amount_stops_before_the_next_amounts_currency():
+    words = ["ROUNDING", " RM0.02", " RM", "14.20"]  # one line: the rounding, then the total
+    ids, lines = torch.arange(len(words)), torch.zeros(len(words), dtype=torch.long)
+    p = torch.tensor([0.1, 0.7, 0.1, 0.1])
+    assert typed_start("money", lambda toks: "".join(words[t] for t in toks), ids, lines, p)[:2] == (1, 1)
 
 
 @pytest.mark.parametrize("decode", ["pip", "ar-forced"])

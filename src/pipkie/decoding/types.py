@@ -15,10 +15,11 @@ model was not trained with it): it constrains decoding, in the same pass.
 
 A value *is* of its type when the type's pattern matches all of it (spaces at its ends aside).
 The patterns accept the ways receipts and invoices print these things across locales
-(`12/30/2016`, `30.12.16`, `2016-12-30`, `30 Dec 2016`, `Jul19'14`, `ThuAug09,2012`; `8:39AM`,
-`13:46`, `11:41A`; `$1,234.56`, `12,00 EUR`, `-5.00`; `(714)879-3574`, `+60 3-1234 5678`); a
-value that glues other text to its type's (`Subtotal146.00`) is not one. Chosen on WildReceipt
-dev (docs/RESULTS.md "Typed keys").
+(`12/30/2016`, `30.12.16`, `2016-12-30`, `30 Dec 2016`, `15/APR/2017`, `20180428`, `Jul19'14`,
+`ThuAug09,2012`; `8:39AM`, `13:46`, `11:41A`; `$1,234.56`, `12,00 EUR`, `-5.00`; `(714)879-3574`,
+`+60 3-1234 5678`); a value that glues other text to its type's (`Subtotal146.00`) is not one, and
+a currency after an amount is a whole word (`RM0.02` of `RM0.02 RM14.20`). Chosen on WildReceipt
+dev and SROIE dev (docs/RESULTS.md "Typed keys").
 """
 
 from __future__ import annotations
@@ -33,18 +34,22 @@ if TYPE_CHECKING:  # the schema reads the type names; torch is not imported for 
 _MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
 _DAY_NAME = r"(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?"
 _NUMERIC_DATE = r"(?:\d{1,4}[/-]\d{1,2}(?:[/-]\d{2,4})?|\d{1,2}\.\d{1,2}\.\d{2,4}|\d{4}\.\d{1,2}\.\d{1,2})(?!\d)"
-_DAY_MONTH = rf"\d{{1,2}}(?:st|nd|rd|th)?[\s.-]*{_MONTH}(?:[\s.,-]*'?\d{{2,4}})?(?!\d)"
-_MONTH_DAY = rf"{_MONTH}[\s.-]*\d{{1,2}}(?:st|nd|rd|th)?(?:[\s.,-]*'?\d{{2,4}})?(?!\d)"
+_COMPACT_DATE = r"(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])(?!\d)"  # 20180428: a year first
+_DAY_MONTH = rf"\d{{1,2}}(?:st|nd|rd|th)?[\s./-]*{_MONTH}(?:[\s./,-]*'?\d{{2,4}})?(?!\d)"  # 15/APR/2017
+_MONTH_DAY = rf"{_MONTH}[\s./-]*\d{{1,2}}(?:st|nd|rd|th)?(?:[\s./,-]*'?\d{{2,4}})?(?!\d)"
 _AMPM = r"\s*:?[ap]\.?(?:m\.?)?"  # 8:39AM, 11:41A, 05:10:PM
 
 VALUE_TYPES: dict[str, re.Pattern] = {
-    "date": re.compile(rf"(?:{_DAY_NAME},?\s*)?(?:{_NUMERIC_DATE}|{_DAY_MONTH}|{_MONTH_DAY})(?:{_DAY_NAME})?", re.I),
+    "date": re.compile(
+        rf"(?:{_DAY_NAME},?\s*)?(?:{_COMPACT_DATE}|{_NUMERIC_DATE}|{_DAY_MONTH}|{_MONTH_DAY})(?:{_DAY_NAME})?", re.I
+    ),
     # 12:30, 12:30:05, 13h46, 8.39 pm (a dot only with am/pm: 12.99 is a price)
     "time": re.compile(rf"\d{{1,2}}(?:[:h]\d{{2}}(?::\d{{2}})?(?:{_AMPM})?|\.\d{{2}}\s*[ap]\.?m\.?)(?!\d)", re.I),
-    # an amount with cents or thousands groups, a currency before or after it, a sign or a trailing minus
+    # an amount with cents or thousands groups, a currency before or after it, a sign or a trailing
+    # minus; a currency after it is a whole word (`RM0.02 RM14.20` is RM0.02, not `RM0.02 RM`)
     "money": re.compile(
         r"[-(]?(?:[^\d\s]{1,4}\s?)?-?(?:\d{1,3}(?:[,.\s']\d{3})+(?:[.,]\d{1,2})?|\d+[.,]\d{1,2})(?!\d)"
-        r"(?:\s?[^\d\s]{1,4})?-?\)?"
+        r"(?:\s?[^\d\s]{1,4}(?!\S))?-?\)?"
     ),
     "phone": re.compile(r"\+?\(?\d[\d\s().-]{5,}\d"),
 }
