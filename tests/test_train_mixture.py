@@ -46,6 +46,30 @@ def test_sampled_templates_hold_their_values():
     assert 60 < seen_absent < 140 and seen_described > 30
 
 
+def test_missing_keys_of_the_type_are_asked_like_present_ones():
+    """With ask_missing, a key of the document's type that it lacks (tel here) is asked about as
+    often as a present key and answers unknown; at 0 the draws are those of before the option."""
+
+    def asked(ask_missing):
+        pairs = sample_schemas(
+            FIELDS, random.Random(3), 400, absent_pool=("tel",), value_len=len, variation=0.0,
+            absent=0.0, ask_missing=ask_missing,
+        )  # fmt: skip
+        tel = [vals["tel"] for s, vals in pairs if "tel" in vals]
+        return len(tel) / len(pairs), tel, pairs
+
+    share, tel, _ = asked(1.0)
+    assert 0.55 < share < 0.85 and set(tel) == {None}  # 1 - key_dropout = 0.7, as for a present key
+    assert asked(0.0)[0] == 0.0  # absent=0: never asked
+    kw = dict(absent_pool=("tel",), value_len=len, variation=0.0, absent=0.0)
+    assert sample_schemas(FIELDS, random.Random(3), 400, **kw) == asked(0.0)[2]
+
+
+def test_a_misspelt_mixture_option_is_an_error():
+    with pytest.raises(ValueError, match=r"unknown mixture option\(s\) \['ask_mising'\]"):
+        Mixture.from_config([{"source": "world_receipts", "n": 5, "ask_mising": 1.0}])
+
+
 def test_span_templates_copy_what_follows_the_key():
     (doc,) = generate_world_receipts(1, seed=0, render=False)
     rng = random.Random(2)

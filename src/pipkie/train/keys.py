@@ -175,18 +175,28 @@ def sample_schemas(
     absent: float = 0.5,
     max_keys: int = 6,
     value_len=None,
+    ask_missing: float = 0.0,
 ) -> list[tuple[KeySchema, dict[str, str | None]]]:
     """n (schema, values) templates over a document's fields (canonical name -> value or None).
 
     Keys are subsets of the present ones (at most `max_keys`), named by `surface`, described with
     probability `describe`; with probability `absent` a template also asks for a key the document
     lacks (from `absent_pool` and ABSENT_KEYS), whose value is None (`unknown`). `value_len(text)`
-    gives a value's token count, so that its budget always holds it."""
+    gives a value's token count, so that its budget always holds it.
+
+    `ask_missing`: each key of `absent_pool` the document lacks is also asked, as a present key is,
+    with probability `ask_missing * (1 - key_dropout)`: a user asks the same keys of every receipt,
+    and the model's prior for "this receipt has no address" should be the documents' own (at 0, a
+    missing key is asked only through `absent`, ~1 template in 20 for a given key: the model learnt
+    that an address is always there). At 0 no draw changes."""
     present = [k for k, v in fields.items() if v]
     missing = [k for k in absent_pool if k not in fields or not fields[k]]
     out = []
     for _ in range(n):
-        chosen = [k for k in present if rng.random() >= key_dropout] or ([rng.choice(present)] if present else [])
+        chosen = [k for k in present if rng.random() >= key_dropout]
+        if ask_missing:
+            chosen += [k for k in missing if rng.random() < ask_missing * (1 - key_dropout)]
+        chosen = chosen or ([rng.choice(present)] if present else [])
         rng.shuffle(chosen)
         chosen = chosen[:max_keys]
         if rng.random() < absent or not chosen:
@@ -244,6 +254,7 @@ def sample_item_schema(
     key_dropout: float = 0.3,
     absent: float = 0.5,
     absent_pool: tuple[str, ...] = (),
+    ask_missing: float = 0.0,
 ):
     """One (schema, values) template that asks for the document's line items: a list named like a
     user would (`LIST_NAMES`, fields from `ITEM_ALIASES`; the item's name is nearly always asked for
@@ -266,6 +277,7 @@ def sample_item_schema(
             absent=absent,
             max_keys=3,
             value_len=value_len,
+            ask_missing=ask_missing,
         )
         flat = schema.keys
     have = [f for f in ITEM_FIELDS if items and f in items[0]]

@@ -17,6 +17,8 @@ Every source except `self` is key/value supervised (its documents' fields, under
 words of the document as the key, the words that follow as the value), which teach "find this
 place and copy what follows" on real OCR output. `absent_pool` lists the keys a source's documents
 may lack (answered `unknown`). Optional per source: `variation` (key renaming probability),
+`ask_missing` (how often a key of `absent_pool` the document lacks is asked, relative to a present
+key: `pipkie.train.keys.sample_schemas`; default 0),
 `limit`, `noise` (OCR character noise for generated sources), `items` (the share of its templates
 that ask for the line items of documents that have them, `items[name, quantity, price]`-style lists:
 `pipkie.model.groups`; default `TrainConfig.items`, 0). With no share of items, no draw changes: a
@@ -34,6 +36,11 @@ from dataclasses import dataclass, field
 from pipkie.data.generated import GENERATED, generate
 from pipkie.io.document import Document
 from pipkie.train.keys import document_items, sample_item_schema, sample_schemas
+
+OPTIONS = {  # what a mixture entry may say (the module docstring)
+    "source", "weight", "name", "data_dir", "split", "limit", "n",
+    "absent_pool", "variation", "ask_missing", "noise", "items",
+}  # fmt: skip
 
 
 @dataclass
@@ -77,6 +84,9 @@ class Mixture:
 
         sources = []
         for e in entries:
+            unknown = set(e) - OPTIONS
+            if unknown:  # a misspelt option would otherwise be ignored without a word
+                raise ValueError(f"unknown mixture option(s) {sorted(unknown)}: known are {', '.join(sorted(OPTIONS))}")
             e = dict(e)
             kind, weight = e.pop("source", None), float(e.pop("weight", 1.0))
             if kind in ("dataset", "self"):
@@ -130,6 +140,7 @@ def templates(
         kw = dict(
             absent_pool=tuple(source.options.get("absent_pool", ())),
             variation=float(source.options.get("variation", variation)),
+            ask_missing=float(source.options.get("ask_missing", 0.0)),
             describe=describe,
             key_dropout=key_dropout,
             absent=absent,
