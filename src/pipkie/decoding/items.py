@@ -51,6 +51,11 @@ def stream_lines(stream: torch.Tensor) -> torch.Tensor:
     return breaks.cumsum(0)
 
 
+def line_end(lines: torch.Tensor, m: int) -> int:
+    """The stream index just past the line of index m (`lines` from `stream_lines`: non-decreasing)."""
+    return int((lines <= lines[m]).sum())
+
+
 @dataclass
 class Placement:
     start: int  # stream index of the value's first token (its word's first token)
@@ -143,8 +148,7 @@ class ItemPlacer:
         m, end = self.word_start(m0), self.word_end(m0)
         self.previous[(f.group, f.field)] = end
         self.anchor.setdefault((f.group, f.item), (int(self.lines[m]), m, end + 1))
-        line_end = int((self.lines <= self.lines[m]).sum())  # lines are non-decreasing
-        return Placement(m, m0 - m, line_end, float(p_start[m0]), p_len[m0])
+        return Placement(m, m0 - m, line_end(self.lines, m), float(p_start[m0]), p_len[m0])
 
     def write_span(
         self, toks: torch.Tensor, conf: torch.Tensor, i: int, k: int, place: Placement, gate, end_id: int

@@ -92,13 +92,11 @@ def typed_start(
     none does."""
     if len(p_start) == 0:
         return None
+    from pipkie.decoding.items import line_end  # torch-level code; this module is read by the schema
+
     pattern = VALUE_TYPES[kind]
-    line = lines.tolist()
     for m in p_start.topk(min(TOP_STARTS, len(p_start))).indices.tolist():
-        end = m
-        while end < len(line) and line[end] == line[m]:
-            end += 1
-        rest = stream_ids[m:end].tolist()
+        rest = stream_ids[m : line_end(lines, m)].tolist()
         text = decode(rest)
         lead = len(text) - len(text.lstrip())
         found = pattern.match(text, lead)
