@@ -89,6 +89,10 @@ def test_item_f1_of_lists():
     assert r["overall"]["a"] == 1.0
     assert r["overall"]["b"] == pytest.approx(2 * 100 / (150 + 200))  # TP 100, 150 predicted, 200 gold
     assert r["overall"]["lo"] > 0
+    with pytest.raises(ValueError, match="items: lists of items; compare them with --metric items"):
+        compare_rows(a, b)  # ANLS of a list: a clear error, not a TypeError from the scorer
+    flat = [dict(r, pred={**r["pred"], "total": "3.00"}, gold={**r["gold"], "total": ["3.00"]}) for r in a]
+    assert compare_rows(flat, flat)["keys"] == ["total"]  # the flat keys beside a list: scored alone
 
 
 def test_bootstrap_is_seeded():

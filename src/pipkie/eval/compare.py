@@ -108,13 +108,17 @@ def compare_rows(
     common = [r for r in rows_a if r["id"] in by_b]
     if not common:
         raise ValueError("the two predictions files have no document in common")
-    fields = None
-    if metric == "items":
-        from pipkie.eval.evaluate import list_keys
+    from pipkie.eval.evaluate import list_keys
 
-        fields = list_keys(common + [by_b[r["id"]] for r in common])
-        keys = keys or list(fields)
+    lists = list_keys(common + [by_b[r["id"]] for r in common])
+    fields = lists if metric == "items" else None
+    if metric == "items":
+        keys = keys or list(lists)
     keys = keys or [k for k in common[0]["gold"] if k in by_b[common[0]["id"]]["gold"]]
+    if metric != "items":  # a list of items has no ANLS of its own: --metric items scores it
+        if keys and all(k in lists for k in keys):
+            raise ValueError(f"{', '.join(keys)}: lists of items; compare them with --metric items")
+        keys = [k for k in keys if k not in lists]
     if not keys:
         raise ValueError("the two predictions files have no key in common")
     for r in common:
