@@ -110,12 +110,11 @@ def compare_rows(
         raise ValueError("the two predictions files have no document in common")
     from pipkie.eval.evaluate import list_keys
 
-    lists = list_keys(common + [by_b[r["id"]] for r in common])
-    fields = lists if metric == "items" else None
+    lists = list_keys(common + [by_b[r["id"]] for r in common])  # list name -> its items' fields
     if metric == "items":
         keys = keys or list(lists)
-    keys = keys or [k for k in common[0]["gold"] if k in by_b[common[0]["id"]]["gold"]]
-    if metric != "items":  # a list of items has no ANLS of its own: --metric items scores it
+    else:  # a list of items has no ANLS of its own: --metric items scores it
+        keys = keys or [k for k in common[0]["gold"] if k in by_b[common[0]["id"]]["gold"]]
         if keys and all(k in lists for k in keys):
             raise ValueError(f"{', '.join(keys)}: lists of items; compare them with --metric items")
         keys = [k for k in keys if k not in lists]
@@ -129,8 +128,8 @@ def compare_rows(
                 f"document {r['id']}: the files score {bad[0]!r} against different gold values "
                 "(different data or key maps): they cannot be compared"
             )
-    pa = _parts(common, keys, metric, fields)
-    pb = _parts([by_b[r["id"]] for r in common], keys, metric, fields)
+    pa = _parts(common, keys, metric, lists)
+    pb = _parts([by_b[r["id"]] for r in common], keys, metric, lists)
     groups = (
         np.concatenate([pa.sum(1, keepdims=True), pa], axis=1),
         np.concatenate([pb.sum(1, keepdims=True), pb], axis=1),
