@@ -211,7 +211,7 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
         rng = random.Random(cfg.seed * 1_000_003 + step)
         insts = []
         for _ in range(cfg.batch_size):
-            source, doc = mixture.draw(rng)
+            source, doc, erased = mixture.draw_document(rng)
             text = serialize(doc)
             room = builder.document_room(len(builder.document_ids(text))) if item_share(source, cfg.items) else None
             pairs = templates(
@@ -226,6 +226,7 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
                 describe=cfg.describe,
                 items=cfg.items,
                 item_room=room,
+                erased=erased,
             )
             values: dict = {}
             schemas = []

@@ -176,6 +176,7 @@ def sample_schemas(
     max_keys: int = 6,
     value_len=None,
     ask_missing: float = 0.0,
+    erased: tuple[str, ...] = (),
 ) -> list[tuple[KeySchema, dict[str, str | None]]]:
     """n (schema, values) templates over a document's fields (canonical name -> value or None).
 
@@ -188,8 +189,11 @@ def sample_schemas(
     with probability `ask_missing * (1 - key_dropout)`: a user asks the same keys of every receipt,
     and the model's prior for "this receipt has no address" should be the documents' own (at 0, a
     missing key is asked only through `absent`, ~1 template in 20 for a given key: the model learnt
-    that an address is always there). At 0 no draw changes."""
-    present = [k for k, v in fields.items() if v]
+    that an address is always there). At 0 no draw changes.
+
+    `erased`: keys whose value was taken out of the document (`pipkie.train.erase`): asked as present
+    keys are, valued None."""
+    present = [k for k, v in fields.items() if v] + [k for k in erased if not fields.get(k)]
     missing = [k for k in absent_pool if k not in fields or not fields[k]]
     out = []
     for _ in range(n):

@@ -19,6 +19,8 @@ place and copy what follows" on real OCR output. `absent_pool` lists the keys a 
 may lack (answered `unknown`). Optional per source: `variation` (key renaming probability),
 `ask_missing` (how often a key of `absent_pool` the document lacks is asked, relative to a present
 key: `pipkie.train.keys.sample_schemas`; default 0),
+`erase` (the share of its documents drawn with one field's words taken out and that key asked,
+answered `unknown`: `pipkie.train.erase`; default 0, which changes no draw),
 `limit`, `noise` (OCR character noise for generated sources), `items` (the share of its templates
 that ask for the line items of documents that have them, `items[name, quantity, price]`-style lists:
 `pipkie.model.groups`; default `TrainConfig.items`, 0). With no share of items, no draw changes: a
@@ -35,11 +37,12 @@ from dataclasses import dataclass, field
 
 from pipkie.data.generated import GENERATED, generate
 from pipkie.io.document import Document
+from pipkie.train.erase import maybe_erase
 from pipkie.train.keys import document_items, sample_item_schema, sample_schemas
 
 OPTIONS = {  # what a mixture entry may say (the module docstring)
     "source", "weight", "name", "data_dir", "split", "limit", "n",
-    "absent_pool", "variation", "ask_missing", "noise", "items",
+    "absent_pool", "variation", "ask_missing", "noise", "items", "erase",
 }  # fmt: skip
 
 
@@ -112,6 +115,12 @@ class Mixture:
         s = next((s for s, c in zip(self.sources, self.cum) if u <= c), self.sources[-1])
         return s, s.get(rng.randrange(s.n), self.seed + 1)
 
+    def draw_document(self, rng: random.Random) -> tuple[Source, Document, str | None]:
+        """`draw` + the source's `erase` share: (source, document, the erased key or None)."""
+        source, doc = self.draw(rng)
+        doc, erased = maybe_erase(doc, rng, float(source.options.get("erase", 0.0)))
+        return source, doc, erased
+
 
 def item_share(source: Source, default: float = 0.0) -> float:
     """The share of a source's templates that ask for line items (its `items` option, else `default`)."""
@@ -131,10 +140,13 @@ def templates(
     describe: float = 0.2,
     items: float = 0.0,
     item_room: int | None = None,
+    erased: str | None = None,
 ):
     """n (schema, values) answer templates for one drawn document (see the module docstring).
     `items`: the default share of item templates (`item_share`); `item_room`: template tokens that fit
-    next to this document (needed when the share is above 0 and the document has items)."""
+    next to this document (needed when the share is above 0 and the document has items); `erased`:
+    the key whose value was taken out of the document (`draw_document`), asked as a present key is
+    and answered `unknown` (such a document gets flat templates only)."""
     if source.supervised:
         fields = {k: doc.value(k) for k in doc.fields if not k.startswith("items.")}
         kw = dict(
@@ -145,10 +157,11 @@ def templates(
             key_dropout=key_dropout,
             absent=absent,
             value_len=value_len,
+            erased=(erased,) if erased else (),
         )
         share = item_share(source, items)
         lines = document_items(doc) if share > 0 else []
-        if not lines:  # the only path without a share of items: the draws of the flat templates alone
+        if not lines or erased:  # the only path without a share of items: the draws of the flat templates alone
             return sample_schemas(fields, rng, n, **kw)
         if item_room is None:
             raise ValueError("item templates need item_room (the template tokens that fit next to the document)")
