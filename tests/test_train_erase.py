@@ -98,3 +98,21 @@ def test_the_mixture_erases_its_share_of_real_documents(shared_data):
         s, d = plain.draw(a)
         s2, d2, k = plain.draw_document(b)
         assert d is d2 and k is None
+
+
+def test_generated_receipts_with_items_are_erased_too():
+    """A source with a share of item templates: an erased document gets flat templates (asking the
+    erased key), the others item templates as before."""
+    entry = {"source": "world_receipts", "n": 50, "items": 1.0, "erase": 1.0}
+    mixture = Mixture.from_config([entry], seed=3)
+    rng, erased, asked = random.Random(2), 0, []
+    for _ in range(12):
+        source, doc, key = mixture.draw_document(rng)
+        pairs = templates(
+            source, doc, random.Random(1), 2, value_len=len, key_dropout=0.0, absent=0.0, variation=0.0,
+            items=1.0, item_room=400, erased=key,
+        )  # fmt: skip
+        if key is not None:
+            erased += 1
+            asked += [vals[key] for _, vals in pairs if key in vals]  # at most 6 keys a template
+    assert erased >= 6 and len(asked) >= 4 and set(asked) == {None}

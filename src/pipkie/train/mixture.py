@@ -157,12 +157,11 @@ def templates(
             key_dropout=key_dropout,
             absent=absent,
             value_len=value_len,
-            erased=(erased,) if erased else (),
         )
         share = item_share(source, items)
         lines = document_items(doc) if share > 0 else []
         if not lines or erased:  # the only path without a share of items: the draws of the flat templates alone
-            return sample_schemas(fields, rng, n, **kw)
+            return sample_schemas(fields, rng, n, erased=(erased,) if erased else (), **kw)
         if item_room is None:
             raise ValueError("item templates need item_room (the template tokens that fit next to the document)")
         return [
