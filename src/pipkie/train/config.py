@@ -82,7 +82,7 @@ class TrainConfig:
     grad_clip: float = opt(1.0, "gradient norm clip")
     seed: int = opt(0, "batches are a function of (seed, step)")
     threads: int = opt(1, "torch intra-op threads; on a busy 2-core machine use 1")
-    bf16: bool = opt(True, "autocast matmuls to bf16 (faster training on CPUs with bf16 support)")
+    bf16: bool = opt(True, "autocast matmuls to bf16 where they run natively (GPU, AVX512-BF16/AMX CPU; off elsewhere)")
     checkpoint_every: int = opt(10, "steps between checkpoints (a killed run resumes from the last)")
     log_every: int = opt(1, "steps between log lines")
 
