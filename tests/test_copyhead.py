@@ -296,6 +296,32 @@ def test_refit_head_on_frozen_features(tokenizer, shared_data, tmp_path):
     assert summary["nll_after"]["val"] < summary["nll_before"]["val"]  # the refit helped on held-out fields
     assert any(not torch.equal(old[k], new[k]) for k in old)  # ... and the saved head is the refitted one
 
+    # with erase, the documents' values go missing from their text and their targets are `unknown`
+    from pipkie.train import refit_head as module
+
+    seen, real = [], module.collect
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(
+        module,
+        "collect",
+        lambda net, b, texts, values, *a, **k: seen.append((texts, values)) or real(net, b, texts, values, *a, **k),
+    )
+    try:
+        refit_head(
+            model=str(src),
+            output=str(tmp_path / "e"),
+            data_dir=str(shared_data / "sroie"),
+            limit=6,
+            epochs=1,
+            holdout=0.34,
+            erase=1.0,
+            log=lines.append,
+        )
+    finally:
+        monkey.undo()
+    erased = [(t, k) for texts, values in seen for t, v in zip(texts, values) for k, x in v.items() if x is None]
+    assert len(erased) >= 4  # one key of (nearly) every receipt
+
 
 def test_a_later_item_starts_past_the_previous_one():
     """`allow`: the start distribution is 0 where it is False and still a distribution; a mask

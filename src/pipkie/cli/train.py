@@ -106,6 +106,7 @@ def refit_head(
     holdout: float = 0.1,
     seed: int = 0,
     limit: int | None = None,
+    erase: float = typer.Option(0.0, help="share of documents with one field erased, answering unknown"),
     threads: int | None = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
 ):
     """Stage 2b: refit the copy head on frozen features of the training split (pipkie.train.refit_head)."""
@@ -123,6 +124,7 @@ def refit_head(
                 split=split,
                 epochs=epochs,
                 lr=lr,
+                erase=erase,
                 holdout=holdout,
                 seed=seed,
                 threads=n,

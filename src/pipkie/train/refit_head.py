@@ -27,6 +27,7 @@ from pipkie.data import read_dataset
 from pipkie.io.document import serialize
 from pipkie.model.copyhead import FieldSpan, field_nll_given, get_head
 from pipkie.model.modeling import Settings, builder_for, load_model, write_setting
+from pipkie.train.erase import maybe_erase
 from pipkie.train.instances import collate, kv_instance, random_schemas
 from pipkie.train.loop import forward_batch
 
@@ -79,9 +80,12 @@ def refit_head(
     seed: int = 0,
     threads: int = 1,
     limit: int | None = None,
+    erase: float = 0.0,
     log=print,
 ) -> dict:
-    """Refit the copy head of `model`; write the model with the new head to `output`."""
+    """Refit the copy head of `model`; write the model with the new head to `output`. `erase`: the
+    share of documents with one field's words taken out, that key answering `unknown`
+    (`pipkie.train.erase`): what teaches the gate that a value can be absent."""
     if split == "test":
         raise ValueError("refusing to fit on a test split")
     torch.set_num_threads(threads)
@@ -94,6 +98,8 @@ def refit_head(
     docs = list(read_dataset(dataset, data_dir, split, limit=limit))
     random.Random(seed).shuffle(docs)
     keys = list(settings.keys)
+    erase_rng = random.Random(seed + 2)
+    docs = [maybe_erase(d, erase_rng, erase, keys=tuple(keys))[0] for d in docs]
     texts, values = [serialize(d) for d in docs], [{k: d.value(k) for k in keys} for d in docs]
     n_val = max(1, int(len(docs) * holdout))
     val = collect(net, builder, texts[:n_val], values[:n_val], keys, seed=seed, desc="held-out features")
@@ -143,6 +149,7 @@ def refit_head(
         fields=len(train) + len(val),
         epochs=epochs,
         lr=lr,
+        erase=erase,
         nll_before=before,
         nll_after=after,
         held_out_history=history,
