@@ -152,7 +152,7 @@ def average_gradients(params: list[torch.Tensor], world: int) -> None:
 def bf16_is_fast(cpuinfo: str | None = None) -> bool:
     """Whether bf16 matmuls run natively: a CUDA device that supports them, or a CPU with AVX512-BF16
     or AMX. Elsewhere (an AVX2 CPU) PyTorch falls back to a generic gemm: a SmolLM2 LoRA step took
-    over 11 minutes instead of ~45 s (session 13)."""
+    over 11 minutes instead of ~60 s in float32 (session 13, 2 threads)."""
     if torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
     if cpuinfo is None:
