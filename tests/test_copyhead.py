@@ -373,3 +373,103 @@ def test_items_decode_in_document_order(tokenizer):
     increasing = lambda xs: all(a < b for a, b in zip(xs, xs[1:]))  # noqa: E731
     assert len(starts[False]) >= 3 and not increasing(starts[False])  # untrained: every item on one place
     assert len(starts[True]) >= 2 and increasing(starts[True])
+
+
+def _absent_setup(doc_has_value: bool):
+    """A head whose start score is 10·hidden[m, 0] (a token with hidden[m, 0] = 1 looks like the
+    value's start), and a row whose slot-0 state is the same whether the document has that token or
+    not: only the start scores tell the two apart."""
+    head = CopyHead(8, dim=4)
+    with torch.no_grad():
+        for layer in (head.query, head.key, head.key_prev, head.end_query, head.gate):
+            layer.weight.zero_()
+            if layer.bias is not None:
+                layer.bias.zero_()
+        head.key.weight[0, 0] = 1.0
+        head.query.bias[0] = 20.0  # start score = 20 * hidden[m, 0] / sqrt(4)
+        head.gate.bias.fill_(-30.0)  # copy, never the LM head
+    hidden = torch.zeros(1, 20, 8)
+    hidden[0, 12:, 1] = 1.0  # the slots' state (no start feature)
+    if doc_has_value:
+        hidden[0, 3, 0] = 1.0
+    span = FieldSpan(0, torch.arange(12, 16), torch.arange(0, 10), torch.arange(100, 110), end_id=5, absent_id=7)
+    return head, hidden, span
+
+
+def test_an_absent_key_says_unknown_at_its_first_slot_and_ends():
+    """p_absent folds into past: slot 0's past mass is ` unknown`, later slots' the end token; the
+    mixture stays a distribution and the loss is its likelihood."""
+    from pipkie.model.copyhead import mixture, start_gate_past
+
+    head, hidden, span = _absent_setup(doc_has_value=False)
+    with torch.no_grad():
+        head.absent.bias.fill_(40.0)
+    p, g, past = start_gate_past(head, hidden, span)
+    probs = mixture(torch.zeros(4, 120), p, g, past, span)
+    assert torch.allclose(probs.sum(-1), torch.ones(4), atol=1e-5)
+    assert probs.argmax(-1).tolist() == [7, 5, 5, 5]
+    targets = torch.tensor([7, 5, 5, 5])
+    nll = field_nll_given_(head, hidden, torch.zeros(4), span, targets)
+    assert float(nll.max()) < 1e-3
+    span.absent_id = -1  # lists: no absent score, the first slot copies as before
+    assert mixture(torch.zeros(4, 120), *start_gate_past(head, hidden, span), span).argmax(-1)[0] != 7
+
+
+def field_nll_given_(head, hidden, p_vocab, span, targets):
+    from pipkie.model.copyhead import field_nll_given
+
+    span.targets = targets
+    return field_nll_given(head, hidden, p_vocab, span)
+
+
+def test_the_absent_score_learns_absence_from_how_well_the_document_matches():
+    """The slot's state is identical with and without the value in the document, so a gate on that
+    state cannot learn absence; the absent score competes with the start scores and does."""
+    head_p, hidden_p, span_p = _absent_setup(True)
+    _, hidden_a, span_a = _absent_setup(False)
+    head = head_p
+    opt = torch.optim.Adam(head.absent.parameters(), lr=0.1)
+    present, absent = torch.tensor([103, 104, 5, 5]), torch.tensor([7, 5, 5, 5])
+    for _ in range(200):
+        loss = field_nll_given_(head, hidden_p, torch.zeros(4), span_p, present).sum()
+        loss = loss + field_nll_given_(head, hidden_a, torch.zeros(4), span_a, absent).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    from pipkie.model.copyhead import start_gate_past
+
+    assert float(start_gate_past(head, hidden_a, span_a)[2][0]) > 0.9  # absent: unknown
+    assert float(start_gate_past(head, hidden_p, span_p)[2][0]) < 0.1  # present: copies
+
+
+def test_a_head_saved_without_the_absent_score_never_answers_absent(setup, tmp_path):
+    """An older head loads with the absent score off (decoding as before it existed); `learn_absent`
+    starts it fresh for training."""
+    from safetensors.torch import save_file
+
+    from pipkie.model.copyhead import ABSENT_OFF
+
+    model, b = setup
+    head = get_head(model)
+    old = {k: v for k, v in head.state_dict().items() if not k.startswith("absent.")}
+    save_file(old, str(tmp_path / "copy_head.safetensors"), metadata={"hidden": str(head.hidden), "dim": "16"})
+    back = CopyHead.load(tmp_path)
+    assert float(back.absent.bias) == ABSENT_OFF
+    enc = b.pip(DOCS[0], SCHEMA)
+    hidden = model(input_ids=torch.tensor([enc.input_ids]), output_hidden_states=True).hidden_states[-1]
+    from pipkie.model.copyhead import start_gate_past
+
+    with_score = _span(b, enc, enc.fields[0])
+    with_score.absent_id = b.unknown_id
+    without = _span(b, enc, enc.fields[0])
+    assert torch.allclose(start_gate_past(back, hidden, with_score)[2], start_gate_past(back, hidden, without)[2])
+    back.learn_absent()
+    assert back.absent_pending
+    # the first field the loss sees sets the bias: p_absent = σ(−3) there, not e^-20 (no gradient)
+    from pipkie.model.copyhead import ABSENT_START, field_nll_given
+
+    with_score.targets = torch.full((enc.fields[0].length,), b.end_id)
+    field_nll_given(back, hidden, torch.zeros(enc.fields[0].length), with_score)
+    assert not back.absent_pending
+    p_absent = float(start_gate_past(back, hidden, with_score)[2][0])
+    assert p_absent == pytest.approx(float(torch.sigmoid(torch.tensor(-ABSENT_START))), abs=1e-3)

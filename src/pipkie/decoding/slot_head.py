@@ -11,7 +11,8 @@ weights (`fast_head`: +57 MB for SmolLM2, built on first use), from `MIN_ROWS` r
 an AR step at batch 1, gains nothing). The decision stays exactly that of float32:
 - the tokens that can win get exact float32 logits, one dot product each: the LM's best by the
   bf16 logits (its `TOP_LM` best for AR rows; PIP slots take one, as a top-k over the vocabulary
-  for 70 slots costs more than it saves), the copy's `TOP_COPY` likeliest tokens, the end token;
+  for 70 slots costs more than it saves), the copy's `TOP_COPY` likeliest tokens, the end token
+  (` unknown` at a value's first slot);
 - the normaliser Z = Σ exp(logit) takes those exact terms and the bf16 ones for the rest;
 - bf16 logits are within a bound of float32 (the input's rounding δ moves logit t by at most
   ‖δ‖‖w_t‖, the output's rounding by 2⁻⁹|l̃_t|, accumulation is float32), which bounds Z. A row
@@ -131,7 +132,7 @@ def _copy_candidates(n, span, p_start, gate, past, lm_cand):
     at the copy's `TOP_COPY` likeliest starts, the end token; their mass q (n, C) outside the LM
     head, and that mass in all (n,)."""
     shifted, weight = copy_weights(p_start, gate, past, span, n)  # (M, n) each
-    end = torch.full((n, 1), span.end_id, dtype=torch.long)
+    end = span.past_tokens(n)[:, None]  # what a slot past the value says (slot 0: ` unknown` if absent)
     if len(p_start):
         top = p_start.topk(min(TOP_COPY, len(p_start))).indices
         top = torch.cat([top, top[-1:].expand(TOP_COPY - len(top))])  # a short stream: repeats (counted once)
@@ -140,7 +141,7 @@ def _copy_candidates(n, span, p_start, gate, past, lm_cand):
         copied = end.expand(n, TOP_COPY)
     cand = torch.cat([lm_cand, copied, end], 1)
     q = (weight.T[:, :, None] * (shifted.T[:, :, None] == cand[:, None, :])).sum(1)  # (n, C)
-    q = q + past[:n, None] * (cand == span.end_id)
+    q = q + past[:n, None] * (cand == end)
     return cand, q, weight.sum(0) + past[:n]
 
 

@@ -23,6 +23,15 @@ alignment explicit while decoding stays one forward pass with an independent arg
   p_j = past_j · [v = end] + (1 − past_j) · (g_j · p_vocab_j + (1 − g_j) · p_copy_j).
   The end is scored given the start: an end pointer independent of the start puts mass before the
   start and is too flat to stop values on time.
+- the key may have no value in the document (SQuAD 2.0's unanswerable question): a "no start"
+  score n = w_a · h_slot0 competes with the start scores, p_absent = e^n / (e^n + Σ_m e^start(m)),
+  so a key is absent when nothing in the document looks like its start as much as it usually does.
+  An absent field says `unknown` at slot 0 and `<|pip_end|>` after it, so absence folds into past:
+  past_j ← p_absent + (1 − p_absent) past_j, and slot 0's past mass goes to ` unknown`
+  (`FieldSpan.absent_id`) instead of the end token. Without it the gate alone would have to
+  learn absence from the slot's state, and it does not: session 13 measured the gate at ~0.01 at
+  a value's first slot whether the key is in the document or not (docs/RESULTS.md). List fields
+  (`pipkie.decoding.items`) have their own "no more items" and do not use it.
 
 Training maximises the likelihood of the mixture, so every start consistent with a target token
 gets credit (no alignment labels are needed). h are the model's final hidden states (after its
@@ -40,6 +49,8 @@ import torch.nn as nn
 
 COPY_FILE = "copy_head.safetensors"
 MAX_LENGTH = 64  # value lengths with their own prior; longer ones share the last entry
+ABSENT_OFF = -30.0  # the absent score's bias in a head saved without one: p_absent < 1e-13
+ABSENT_START = 3.0  # a fresh absent score starts at p_absent = σ(−3) ≈ 0.05 (`CopyHead.learn_absent`)
 
 
 class CopyHead(nn.Module):
@@ -52,8 +63,32 @@ class CopyHead(nn.Module):
         self.end_query = nn.Linear(hidden, dim)  # (H) -> (d): what the first token after the value looks like
         self.gate = nn.Linear(hidden, 1)  # (H) -> 1: generate (1) or copy (0)
         self.length = nn.Linear(hidden, MAX_LENGTH + 1)  # (H) -> (1 + L): [longer than the slots, 1, 2, ...]
+        self.absent = nn.Linear(hidden, 1)  # (H) -> 1: the score of "no start: the key is absent"
+        self.absent_pending = False  # `learn_absent`: the absent bias waits for the first field's scores
         nn.init.zeros_(self.length.weight)  # a flat prior to start from (and for heads saved without one)
         nn.init.zeros_(self.length.bias)
+        nn.init.zeros_(self.absent.weight)  # e^0 against Σ e^start: p_absent ≈ 1/M to start from
+        nn.init.zeros_(self.absent.bias)
+
+    def learn_absent(self) -> None:
+        """A head saved without the absent score loads with it switched off (`ABSENT_OFF`: it answers
+        as it did when saved); training that should learn it starts it afresh. A trained head's start
+        scores are peaked (their log-sum-exp is 17–34 on WildReceipt dev, per key), so a score that
+        starts at 0 has p_absent ≈ e^-20 and no gradient: like torch's lazy modules, its bias is set
+        on the first field the loss sees, to that field's log-sum-exp − `ABSENT_START`
+        (`field_nll_given`)."""
+        if float(self.absent.bias.detach()) <= ABSENT_OFF:
+            with torch.no_grad():
+                self.absent.weight.zero_()
+                self.absent.bias.zero_()
+            self.absent_pending = True
+
+    def start_absent(self, start_lse: float) -> None:
+        """`learn_absent`'s deferred start: p_absent = σ(−ABSENT_START) ≈ 0.05 where the start scores'
+        log-sum-exp is `start_lse`."""
+        with torch.no_grad():
+            self.absent.bias.fill_(start_lse - ABSENT_START)
+        self.absent_pending = False
 
     def stream_keys(self, h_stream: torch.Tensor, h_before: torch.Tensor) -> torch.Tensor:
         """(M, H), (M, H) -> (M, d): what each stream token offers as a value's start or end. h_before
@@ -86,10 +121,14 @@ class CopyHead(nn.Module):
         head = cls(int(meta["hidden"]), int(meta["dim"]))
         state = load_file(path)
         missing = head.load_state_dict(state, strict=False).missing_keys
-        if set(missing) - {"length.weight", "length.bias"}:
+        if set(missing) - {"length.weight", "length.bias", "absent.weight", "absent.bias"}:
             raise ValueError(f"{path}: not a pipkie copy head (missing {missing})")
         # a head saved before the length prior keeps the flat one it starts from: refit it
-        # (`pipkie refit-head`) for the prior to be learned
+        # (`pipkie refit-head`) for the prior to be learned; one saved before the absent score
+        # never answers absent (`learn_absent`)
+        if "absent.bias" in missing:
+            with torch.no_grad():
+                head.absent.bias.fill_(ABSENT_OFF)
         return head.eval()
 
 
@@ -113,6 +152,15 @@ class FieldSpan:
     end_id: int = -1  # the token that closes a value (<|pip_end|>)
     targets: torch.Tensor | None = None  # (K,) value tokens (training)
     keys: torch.Tensor | None = None  # (M, d) the row's `CopyHead.stream_keys`, when its fields share them
+    absent_id: int = -1  # ` unknown`: what slot 0 says when the key is absent; -1: no absent score (lists)
+
+    def past_tokens(self, n: int) -> torch.Tensor:
+        """(n,) the token each of the first n slots says when it is past the value: `<|pip_end|>`,
+        and ` unknown` at slot 0 (where past is the key's absence)."""
+        out = torch.full((n,), self.end_id, dtype=torch.long)
+        if self.absent_id >= 0 and n:
+            out[0] = self.absent_id
+        return out
 
 
 def _shifted(stream_ids: torch.Tensor, k: int) -> torch.Tensor:
@@ -128,10 +176,10 @@ def _reach(p_start: torch.Tensor, shifted: torch.Tensor) -> torch.Tensor:
 
 
 def start_gate_past(head: CopyHead, hidden: torch.Tensor, f: FieldSpan, allow: torch.Tensor | None = None):
-    """p_start (M,), gate (K,) and past (K,): the chance that slot j lies past the value's end;
-    everything the mixture needs besides the LM head. past_j > 0.5 makes `<|pip_end|>` slot j's
-    argmax whatever the LM head says (it has p ≥ past_j, all other tokens together 1 − past_j), so
-    the decoder skips the LM head from the first such slot on.
+    """p_start (M,), gate (K,) and past (K,): the chance that slot j lies past the value's end (or
+    that the key is absent); everything the mixture needs besides the LM head. past_j > 0.5 makes
+    `f.past_tokens()[j]` slot j's argmax whatever the LM head says (it has p ≥ past_j, all other
+    tokens together 1 − past_j), so the decoder skips the LM head from the first such slot on.
 
     `allow` (M,) bool: the value starts only where it is True (p_start is 0 elsewhere, renormalised),
     as item i + 1 of a list starts after item i (`pipkie.decoding.items`); ignored when it allows
@@ -171,6 +219,9 @@ def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, allow: t
     # slot j is past the end when L <= j: slot 0 never is (a value has at least one token)
     cdf = torch.cat([p_len.new_zeros(m, 1), p_len.cumsum(-1)[:, :-1]], dim=1)  # (M, K)
     past = (p_start @ cdf).clamp(0.0, 1.0)
+    if f.absent_id >= 0 and m:  # (an empty stream: the LM head alone, as before)
+        absent = torch.sigmoid(head.absent(h[slots[0]])[0] - start.logsumexp(-1))
+        past = absent + (1 - absent) * past  # slot 0: the absence itself
     gate = torch.sigmoid(head.gate(h[slots])).squeeze(-1)  # (K,)
     return p_start, gate, past, p_len
 
@@ -185,11 +236,16 @@ def field_nll(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor, 
 
 def field_nll_given(head: CopyHead, hidden: torch.Tensor, p_vocab: torch.Tensor, f: FieldSpan) -> torch.Tensor:
     """field_nll with the LM head's probability of each target given: (K,) -> (K,)."""
+    if head.absent_pending and f.absent_id >= 0 and len(f.stream):  # (CopyHead.learn_absent)
+        with torch.no_grad():
+            keys = f.keys if f.keys is not None else stream_keys(head, hidden[f.row], f.stream)
+            head.start_absent(float(head.span_logits(hidden[f.row, f.slots[0]].float(), keys)[0].logsumexp(-1)))
     p_start, gate, past = start_gate_past(head, hidden, f)
     targets = f.targets.to(hidden.device)
     shifted = _shifted(f.stream_ids.to(hidden.device), len(f.slots))  # (M, K)
     p_copy = (p_start @ (shifted == targets[None, :]).float()) / _reach(p_start, shifted)  # (K,)
-    p = (1 - past) * (gate * p_vocab + (1 - gate) * p_copy) + past * (targets == f.end_id).float()
+    said = f.past_tokens(len(targets)).to(targets.device)
+    p = (1 - past) * (gate * p_vocab + (1 - gate) * p_copy) + past * (targets == said).float()
     return -p.clamp_min(1e-12).log()
 
 
@@ -210,7 +266,7 @@ def mixture(
     valid = shifted >= 0
     cols = torch.arange(n, device=probs.device).expand_as(shifted)
     probs.index_put_((cols[valid], shifted[valid]), weight[valid], accumulate=True)
-    probs[:, f.end_id] += past[:n]
+    probs[torch.arange(n), f.past_tokens(n).to(probs.device)] += past[:n]
     return probs
 
 

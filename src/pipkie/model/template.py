@@ -125,6 +125,7 @@ class TemplateBuilder:
         self._headers: dict[str, list[int]] = {}
         self._char_budgets: dict[int, int] = {}
         self.marker_ids = self._ids(CUT_MARKER)
+        self.unknown_id = self._ids(" " + UNKNOWN)[0]  # an absent key's first value token (copy head)
 
     # -- pieces ------------------------------------------------------------------------------
     def _ids(self, text: str) -> list[int]:

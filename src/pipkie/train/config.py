@@ -76,6 +76,9 @@ class TrainConfig:
     )
     lr: float = opt(4e-4, "peak learning rate of the LoRA (or all weights)")
     head_lr: float = opt(1e-3, "the copy head starts from random weights: a larger step than the LoRA's")
+    absent_lr: float = opt(
+        0.0, "the copy head's absent score, started afresh on a trained model (CopyHead.learn_absent); 0: head_lr"
+    )
     warmup: int = opt(20, "linear warm-up steps")
     schedule: str = opt("cosine", 'learning rate after warm-up: "cosine" (to 0 at `steps`) or "constant"')
     weight_decay: float = opt(0.0, "AdamW weight decay")

@@ -90,7 +90,9 @@ def _continue_from(cfg: TrainConfig, model):
     if cfg.copy_head:
         if not settings.copy_head:
             raise ValueError(f"init={cfg.init} has no copy head but the config asks for one")
-        attach(model, CopyHead.load(init))
+        head = CopyHead.load(init)
+        head.learn_absent()  # (a head saved without the absent score starts it fresh)
+        attach(model, head)
     return model
 
 
@@ -161,7 +163,7 @@ def finetune(cfg: TrainConfig) -> dict:
             insts.append(
                 kv_instance(builder, texts[i], values[i], schemas, objective=cfg.objective, rng=rng, reveal=cfg.reveal)
             )
-        return collate(insts, builder.pad_id, end_id=builder.end_id)
+        return collate(insts, builder.pad_id, end_id=builder.end_id, absent_id=builder.unknown_id)
 
     pattern = cfg.pattern if cfg.objective == "pip" else "causal"
     summary = train(cfg, model, make_batch, save=_saver(cfg, model, tokenizer, cfg.objective), pattern=pattern)
@@ -237,7 +239,7 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
             insts.append(
                 kv_instance(builder, text, values, schemas, objective=cfg.objective, rng=rng, reveal=cfg.reveal)
             )
-        return collate(insts, builder.pad_id, end_id=builder.end_id)
+        return collate(insts, builder.pad_id, end_id=builder.end_id, absent_id=builder.unknown_id)
 
     cfg_saved = TrainConfig(**{**cfg.to_dict(), "budgets": budgets})
     pattern = cfg.pattern if cfg.objective == "pip" else "causal"
@@ -281,7 +283,7 @@ def pretrain(cfg: TrainConfig) -> dict:
                 insts.append(copy_instance(builder, texts[i], rng=rng))
             else:
                 raise ValueError(f"unknown pretraining task {task!r} (mask or copy)")
-        return collate(insts, builder.pad_id, end_id=builder.end_id)
+        return collate(insts, builder.pad_id, end_id=builder.end_id, absent_id=builder.unknown_id)
 
     return train(cfg, model, make_batch, save=_saver(cfg, model, tokenizer, "pip"), pattern=cfg.pattern)
 

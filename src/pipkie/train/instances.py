@@ -56,6 +56,7 @@ class Instance:
     # copy head (builder.copy): each field's slot positions, and the document's copy stream
     fields: list[list[int]] = field(default_factory=list)
     stream: list[int] = field(default_factory=list)
+    absent: list[bool] = field(default_factory=list)  # per field: may it be absent (flat keys; not list items)
 
 
 def random_schemas(keys: list[str], rng: random.Random, n: int, key_dropout: float, absent: float) -> list[KeySchema]:
@@ -93,6 +94,7 @@ def kv_instance(
             blocks = [x + next_group if x > GROUP_BLOCK else next_block - 1 + x for x in blocks]
             if builder.copy:  # the copy loss needs every slot's target: nothing is revealed
                 inst.fields += [list(range(f.start, f.start + f.length)) for f in slots]
+                inst.absent += [f.group is None for f in slots]
             elif rng.random() < reveal:
                 ratio = rng.random()
                 for i, t in enumerate(targets):
@@ -168,6 +170,7 @@ def copy_instance(
         if builder.copy:
             start = len(inst.ids) + len(header)
             inst.fields.append(list(range(start, start + budget)))
+            inst.absent.append(True)  # (never is: the absent score learns to stay low)
         ids = header + [builder.slot_input(t) for t in range(budget)]
         targets = [IGNORE] * len(header) + v + [builder.end_id] * (budget - len(v))
         inst.ids += ids
@@ -182,7 +185,9 @@ def padded_width(length: int, multiple: int = 64) -> int:
     return -(-length // multiple) * multiple
 
 
-def collate(instances: list[Instance], pad_id: int, *, end_id: int = -1, multiple: int = 64) -> dict:
+def collate(
+    instances: list[Instance], pad_id: int, *, end_id: int = -1, absent_id: int = -1, multiple: int = 64
+) -> dict:
     """Right-padded batch tensors; `keep` marks the positions whose logits are computed.
 
     The width is rounded up to a multiple of `multiple`: a handful of distinct shapes instead of
@@ -210,8 +215,9 @@ def collate(instances: list[Instance], pad_id: int, *, end_id: int = -1, multipl
                 end_id=end_id,
                 stream_ids=torch.tensor([x.ids[p] for p in x.stream]),
                 targets=torch.tensor([x.targets[p] for p in f]),
+                absent_id=absent_id if (x.absent[j] if j < len(x.absent) else True) else -1,
             )
             for i, x in enumerate(instances)
-            for f in x.fields
+            for j, f in enumerate(x.fields)
         ]
     return batch

@@ -183,7 +183,10 @@ def train(
     head_ids = {id(p) for p in head.parameters()} if head is not None else set()
     groups = [dict(params=[p for p in params if id(p) not in head_ids], lr=cfg.lr)]
     if head_ids:
-        groups.append(dict(params=[p for p in params if id(p) in head_ids], lr=cfg.head_lr))
+        absent = {id(p) for p in head.absent.parameters()} if cfg.absent_lr else set()
+        groups.append(dict(params=[p for p in params if id(p) in head_ids - absent], lr=cfg.head_lr))
+        if absent:
+            groups.append(dict(params=[p for p in params if id(p) in absent], lr=cfg.absent_lr))
     opt = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
     if cfg.schedule == "cosine":
         sched = get_cosine_schedule_with_warmup(opt, cfg.warmup, cfg.steps)

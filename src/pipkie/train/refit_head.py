@@ -51,7 +51,7 @@ def collect(
     for text, vals in tqdm(list(zip(texts, values)), desc=desc, mininterval=5):
         schema = random_schemas(keys, rng, 1, 0.0, 0.5)
         inst = kv_instance(builder, text, vals, schema, objective="pip", rng=rng)
-        batch = collate([inst], builder.pad_id, end_id=builder.end_id)
+        batch = collate([inst], builder.pad_id, end_id=builder.end_id, absent_id=builder.unknown_id)
         logits, hidden, index = forward_batch(model, batch, "prefix_causal", hidden=True)
         hidden = hidden.half()
         for f in batch["copy_fields"]:
@@ -106,10 +106,12 @@ def refit_head(
     train = collect(net, builder, texts[n_val:], values[n_val:], keys, seed=seed + 1, desc="training features")
     before = dict(train=mean_nll(head, train), val=mean_nll(head, val))
     log(f"copy head NLL before: train {before['train']:.4f}, held-out {before['val']:.4f}")
+    head.learn_absent()  # a head saved without the absent score learns it from its fresh init
     head.train()
-    # the length prior may start from zero (a head trained before it existed): a larger step for it
-    prior = list(head.length.parameters())
-    rest = [p for n, p in head.named_parameters() if not n.startswith("length.")]
+    # the length prior and the absent score may start from zero (a head trained before they
+    # existed): a larger step for them
+    prior = list(head.length.parameters()) + list(head.absent.parameters())
+    rest = [p for n, p in head.named_parameters() if not n.startswith(("length.", "absent."))]
     opt = torch.optim.AdamW([dict(params=rest, lr=lr), dict(params=prior, lr=10 * lr)])
     rng = random.Random(seed)
     best, best_state, history = before["val"], {k: v.clone() for k, v in head.state_dict().items()}, []
