@@ -428,7 +428,7 @@ def test_the_absent_score_learns_absence_from_how_well_the_document_matches():
     head_p, hidden_p, span_p = _absent_setup(True)
     _, hidden_a, span_a = _absent_setup(False)
     head = head_p
-    opt = torch.optim.Adam(head.absent.parameters(), lr=0.1)
+    opt = torch.optim.Adam(head.absent_parameters(), lr=0.1)
     present, absent = torch.tensor([103, 104, 5, 5]), torch.tensor([7, 5, 5, 5])
     for _ in range(200):
         loss = field_nll_given_(head, hidden_p, torch.zeros(4), span_p, present).sum()
@@ -473,3 +473,18 @@ def test_a_head_saved_without_the_absent_score_never_answers_absent(setup, tmp_p
     assert not back.absent_pending
     p_absent = float(start_gate_past(back, hidden, with_score)[2][0])
     assert p_absent == pytest.approx(float(torch.sigmoid(torch.tensor(-ABSENT_START))), abs=1e-3)
+
+
+def test_the_null_start_grows_with_the_query():
+    """Started by `start_absent`, "no start" is scored in the starts' space: when training sharpens
+    the query (all start scores ×2), the null score follows, and p_absent does not drift to 0 as a
+    fixed score would."""
+    from pipkie.model.copyhead import ABSENT_START
+
+    head, hidden, span = _absent_setup(doc_has_value=False)
+    h0 = hidden[0, 12]
+    head.start_absent(h0, 10.0)
+    assert float(head.absent_logit(h0)) == pytest.approx(10.0 - ABSENT_START, abs=1e-4)
+    with torch.no_grad():
+        head.query.bias.mul_(2.0)
+    assert float(head.absent_logit(h0)) == pytest.approx(2 * (10.0 - ABSENT_START), abs=1e-3)

@@ -24,8 +24,12 @@ alignment explicit while decoding stays one forward pass with an independent arg
   The end is scored given the start: an end pointer independent of the start puts mass before the
   start and is too flat to stop values on time.
 - the key may have no value in the document (SQuAD 2.0's unanswerable question): a "no start"
-  score n = w_a · h_slot0 competes with the start scores, p_absent = e^n / (e^n + Σ_m e^start(m)),
-  so a key is absent when nothing in the document looks like its start as much as it usually does.
+  score n = q(h_slot0) · k_null / sqrt(d) + w_a · h_slot0 competes with the start scores,
+  p_absent = e^n / (e^n + Σ_m e^start(m)), so a key is absent when nothing in the document looks
+  like its start as much as it usually does. "No start" is scored in the starts' own space, with
+  a learned null key (BERT's [CLS] answer to SQuAD 2.0), so that it grows with the query: in
+  training the start scores sharpen (their log-sum-exp went from 17–34 to 30–38 in 20 steps,
+  docs/RESULTS.md "Round 7a–7c") and a score outside that space was left behind.
   An absent field says `unknown` at slot 0 and `<|pip_end|>` after it, so absence folds into past:
   past_j ← p_absent + (1 − p_absent) past_j, and slot 0's past mass goes to ` unknown`
   (`FieldSpan.absent_id`) instead of the end token. Without it the gate alone would have to
@@ -63,7 +67,8 @@ class CopyHead(nn.Module):
         self.end_query = nn.Linear(hidden, dim)  # (H) -> (d): what the first token after the value looks like
         self.gate = nn.Linear(hidden, 1)  # (H) -> 1: generate (1) or copy (0)
         self.length = nn.Linear(hidden, MAX_LENGTH + 1)  # (H) -> (1 + L): [longer than the slots, 1, 2, ...]
-        self.absent = nn.Linear(hidden, 1)  # (H) -> 1: the score of "no start: the key is absent"
+        self.absent = nn.Linear(hidden, 1)  # (H) -> 1: the score of "no start: the key is absent" ...
+        self.null_key = nn.Parameter(torch.zeros(dim))  # (d): ... plus the query's match with a null start
         self.absent_pending = False  # `learn_absent`: the absent bias waits for the first field's scores
         nn.init.zeros_(self.length.weight)  # a flat prior to start from (and for heads saved without one)
         nn.init.zeros_(self.length.bias)
@@ -81,13 +86,23 @@ class CopyHead(nn.Module):
             with torch.no_grad():
                 self.absent.weight.zero_()
                 self.absent.bias.zero_()
+                self.null_key.zero_()
             self.absent_pending = True
 
-    def start_absent(self, start_lse: float) -> None:
-        """`learn_absent`'s deferred start: p_absent = σ(−ABSENT_START) ≈ 0.05 where the start scores'
-        log-sum-exp is `start_lse`."""
+    def absent_parameters(self) -> list[nn.Parameter]:
+        return [*self.absent.parameters(), self.null_key]
+
+    def absent_logit(self, h_first_slot: torch.Tensor) -> torch.Tensor:
+        """(H,) -> () the score of "no start", against the start scores of `span_logits`."""
+        h = h_first_slot.float()
+        return self.absent(h)[0] + self.query(h) @ self.null_key / math.sqrt(self.dim)
+
+    def start_absent(self, h_first_slot: torch.Tensor, start_lse: float) -> None:
+        """`learn_absent`'s deferred start: the null key along this field's query, so that
+        p_absent = σ(−ABSENT_START) ≈ 0.05 where the start scores' log-sum-exp is `start_lse`."""
         with torch.no_grad():
-            self.absent.bias.fill_(start_lse - ABSENT_START)
+            q = self.query(h_first_slot.float())
+            self.null_key.copy_(q * (start_lse - ABSENT_START) * math.sqrt(self.dim) / q.pow(2).sum().clamp_min(1e-6))
         self.absent_pending = False
 
     def stream_keys(self, h_stream: torch.Tensor, h_before: torch.Tensor) -> torch.Tensor:
@@ -121,7 +136,7 @@ class CopyHead(nn.Module):
         head = cls(int(meta["hidden"]), int(meta["dim"]))
         state = load_file(path)
         missing = head.load_state_dict(state, strict=False).missing_keys
-        if set(missing) - {"length.weight", "length.bias", "absent.weight", "absent.bias"}:
+        if set(missing) - {"length.weight", "length.bias", "absent.weight", "absent.bias", "null_key"}:
             raise ValueError(f"{path}: not a pipkie copy head (missing {missing})")
         # a head saved before the length prior keeps the flat one it starts from: refit it
         # (`pipkie refit-head`) for the prior to be learned; one saved before the absent score
@@ -220,7 +235,7 @@ def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, allow: t
     cdf = torch.cat([p_len.new_zeros(m, 1), p_len.cumsum(-1)[:, :-1]], dim=1)  # (M, K)
     past = (p_start @ cdf).clamp(0.0, 1.0)
     if f.absent_id >= 0 and m:  # (an empty stream: the LM head alone, as before)
-        absent = torch.sigmoid(head.absent(h[slots[0]])[0] - start.logsumexp(-1))
+        absent = torch.sigmoid(head.absent_logit(h[slots[0]]) - start.logsumexp(-1))
         past = absent + (1 - absent) * past  # slot 0: the absence itself
     gate = torch.sigmoid(head.gate(h[slots])).squeeze(-1)  # (K,)
     return p_start, gate, past, p_len
@@ -239,7 +254,8 @@ def field_nll_given(head: CopyHead, hidden: torch.Tensor, p_vocab: torch.Tensor,
     if head.absent_pending and f.absent_id >= 0 and len(f.stream):  # (CopyHead.learn_absent)
         with torch.no_grad():
             keys = f.keys if f.keys is not None else stream_keys(head, hidden[f.row], f.stream)
-            head.start_absent(float(head.span_logits(hidden[f.row, f.slots[0]].float(), keys)[0].logsumexp(-1)))
+            h0 = hidden[f.row, f.slots[0]].float()
+            head.start_absent(h0, float(head.span_logits(h0, keys)[0].logsumexp(-1)))
     p_start, gate, past = start_gate_past(head, hidden, f)
     targets = f.targets.to(hidden.device)
     shifted = _shifted(f.stream_ids.to(hidden.device), len(f.slots))  # (M, K)

@@ -183,7 +183,7 @@ def train(
     head_ids = {id(p) for p in head.parameters()} if head is not None else set()
     groups = [dict(params=[p for p in params if id(p) not in head_ids], lr=cfg.lr)]
     if head_ids:
-        absent = {id(p) for p in head.absent.parameters()} if cfg.absent_lr else set()
+        absent = {id(p) for p in head.absent_parameters()} if cfg.absent_lr else set()
         groups.append(dict(params=[p for p in params if id(p) in head_ids - absent], lr=cfg.head_lr))
         if absent:
             groups.append(dict(params=[p for p in params if id(p) in absent], lr=cfg.absent_lr))

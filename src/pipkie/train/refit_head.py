@@ -110,8 +110,8 @@ def refit_head(
     head.train()
     # the length prior and the absent score may start from zero (a head trained before they
     # existed): a larger step for them
-    prior = list(head.length.parameters()) + list(head.absent.parameters())
-    rest = [p for n, p in head.named_parameters() if not n.startswith(("length.", "absent."))]
+    prior = list(head.length.parameters()) + head.absent_parameters()
+    rest = [p for n, p in head.named_parameters() if not n.startswith(("length.", "absent.", "null_key"))]
     opt = torch.optim.AdamW([dict(params=rest, lr=lr), dict(params=prior, lr=10 * lr)])
     rng = random.Random(seed)
     best, best_state, history = before["val"], {k: v.clone() for k, v in head.state_dict().items()}, []
