@@ -69,7 +69,7 @@ class CopyHead(nn.Module):
         self.length = nn.Linear(hidden, MAX_LENGTH + 1)  # (H) -> (1 + L): [longer than the slots, 1, 2, ...]
         self.absent = nn.Linear(hidden, 1)  # (H) -> 1: the score of "no start: the key is absent" ...
         self.null_key = nn.Parameter(torch.zeros(dim))  # (d): ... plus the query's match with a null start
-        self.absent_pending = False  # `learn_absent`: the absent bias waits for the first field's scores
+        self.absent_pending = False  # `learn_absent`: the null key waits for the first field's scores
         nn.init.zeros_(self.length.weight)  # a flat prior to start from (and for heads saved without one)
         nn.init.zeros_(self.length.bias)
         nn.init.zeros_(self.absent.weight)  # e^0 against Σ e^start: p_absent ≈ 1/M to start from
@@ -79,9 +79,8 @@ class CopyHead(nn.Module):
         """A head saved without the absent score loads with it switched off (`ABSENT_OFF`: it answers
         as it did when saved); training that should learn it starts it afresh. A trained head's start
         scores are peaked (their log-sum-exp is 17–34 on WildReceipt dev, per key), so a score that
-        starts at 0 has p_absent ≈ e^-20 and no gradient: like torch's lazy modules, its bias is set
-        on the first field the loss sees, to that field's log-sum-exp − `ABSENT_START`
-        (`field_nll_given`)."""
+        starts at 0 has p_absent ≈ e^-20 and no gradient: like torch's lazy modules, it is started on
+        the first field it scores (`start_absent`), at that field's log-sum-exp − `ABSENT_START`."""
         if float(self.absent.bias.detach()) <= ABSENT_OFF:
             with torch.no_grad():
                 self.absent.weight.zero_()
@@ -235,6 +234,8 @@ def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, allow: t
     cdf = torch.cat([p_len.new_zeros(m, 1), p_len.cumsum(-1)[:, :-1]], dim=1)  # (M, K)
     past = (p_start @ cdf).clamp(0.0, 1.0)
     if f.absent_id >= 0 and m:  # (an empty stream: the LM head alone, as before)
+        if head.absent_pending:  # (CopyHead.learn_absent)
+            head.start_absent(h[slots[0]], float(start.detach().logsumexp(-1)))
         absent = torch.sigmoid(head.absent_logit(h[slots[0]]) - start.logsumexp(-1))
         past = absent + (1 - absent) * past  # slot 0: the absence itself
     gate = torch.sigmoid(head.gate(h[slots])).squeeze(-1)  # (K,)
@@ -251,11 +252,6 @@ def field_nll(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor, 
 
 def field_nll_given(head: CopyHead, hidden: torch.Tensor, p_vocab: torch.Tensor, f: FieldSpan) -> torch.Tensor:
     """field_nll with the LM head's probability of each target given: (K,) -> (K,)."""
-    if head.absent_pending and f.absent_id >= 0 and len(f.stream):  # (CopyHead.learn_absent)
-        with torch.no_grad():
-            keys = f.keys if f.keys is not None else stream_keys(head, hidden[f.row], f.stream)
-            h0 = hidden[f.row, f.slots[0]].float()
-            head.start_absent(h0, float(head.span_logits(h0, keys)[0].logsumexp(-1)))
     p_start, gate, past = start_gate_past(head, hidden, f)
     targets = f.targets.to(hidden.device)
     shifted = _shifted(f.stream_ids.to(hidden.device), len(f.slots))  # (M, K)

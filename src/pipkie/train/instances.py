@@ -215,7 +215,7 @@ def collate(
                 end_id=end_id,
                 stream_ids=torch.tensor([x.ids[p] for p in x.stream]),
                 targets=torch.tensor([x.targets[p] for p in f]),
-                absent_id=absent_id if (x.absent[j] if j < len(x.absent) else True) else -1,
+                absent_id=absent_id if x.absent[j] else -1,
             )
             for i, x in enumerate(instances)
             for j, f in enumerate(x.fields)

@@ -111,7 +111,7 @@ def refit_head(
     # the length prior and the absent score may start from zero (a head trained before they
     # existed): a larger step for them
     prior = list(head.length.parameters()) + head.absent_parameters()
-    rest = [p for n, p in head.named_parameters() if not n.startswith(("length.", "absent.", "null_key"))]
+    rest = [p for p in head.parameters() if all(p is not q for q in prior)]
     opt = torch.optim.AdamW([dict(params=rest, lr=lr), dict(params=prior, lr=10 * lr)])
     rng = random.Random(seed)
     best, best_state, history = before["val"], {k: v.clone() for k, v in head.state_dict().items()}, []
