@@ -234,9 +234,10 @@ def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, allow: t
     cdf = torch.cat([p_len.new_zeros(m, 1), p_len.cumsum(-1)[:, :-1]], dim=1)  # (M, K)
     past = (p_start @ cdf).clamp(0.0, 1.0)
     if f.absent_id >= 0 and m:  # (an empty stream: the LM head alone, as before)
+        lse = start.logsumexp(-1)
         if head.absent_pending:  # (CopyHead.learn_absent)
-            head.start_absent(h[slots[0]], float(start.detach().logsumexp(-1)))
-        absent = torch.sigmoid(head.absent_logit(h[slots[0]]) - start.logsumexp(-1))
+            head.start_absent(h[slots[0]], float(lse.detach()))
+        absent = torch.sigmoid(head.absent_logit(h[slots[0]]) - lse)
         past = absent + (1 - absent) * past  # slot 0: the absence itself
     gate = torch.sigmoid(head.gate(h[slots])).squeeze(-1)  # (K,)
     return p_start, gate, past, p_len
