@@ -203,7 +203,7 @@ def test_tiny_model_learns_to_copy_values_it_never_saw(tokenizer, tmp_path):
         for _ in range(8):
             text, values = make_doc(rng)
             insts.append(kv_instance(b, text, values, random_schemas(keys, rng, 1, 0.0, 0.0), objective="pip", rng=rng))
-        return collate(insts, b.pad_id, end_id=b.end_id)
+        return collate(insts, b, absent=False)
 
     batch = make_batch(0)
     assert "copy_fields" in batch and float(loss_on_batch(model, batch, "prefix_causal")) > 0
@@ -243,7 +243,7 @@ def test_stage1_span_copy_trains_the_head_next_to_masked_reconstruction(setup):
         value = [cp.targets[p] for p in f if cp.targets[p] != b.end_id]
         assert any(stream_ids[i : i + len(value)] == value for i in range(len(stream_ids)))
     mk = mask_instance(b, text, rng=rng, ratio=(0.5, 0.5))
-    batch = collate([cp, mk], b.pad_id, end_id=b.end_id)
+    batch = collate([cp, mk], b, absent=False)
     loss = loss_on_batch(model.train(), batch, "prefix_causal")
     assert torch.isfinite(loss) and batch["keep"].sum() > sum(len(f) for f in cp.fields)
     loss.backward()

@@ -179,7 +179,7 @@ def test_group_attention_sees_document_itself_and_previous_group_only(tokenizer)
         objective="pip",
         rng=random.Random(0),
     )
-    batch = collate([inst], b.pad_id, end_id=b.end_id)
+    batch = collate([inst], b, absent=False)
     m = build_attention_mask(
         model,
         "prefix_causal",

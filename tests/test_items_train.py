@@ -232,7 +232,7 @@ def test_tiny_model_learns_to_list_items(tmp_path):
         for _ in range(cfg.batch_size):
             text, items = make_receipt(rng, k)
             insts.append(kv_instance(b, text, {"items": items}, [schema], objective="pip", rng=rng))
-        return collate(insts, b.pad_id, end_id=b.end_id)
+        return collate(insts, b, absent=False)
 
     train(cfg, model, make_batch, save=lambda path: None, pattern="prefix_causal")
     model.eval()

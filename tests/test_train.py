@@ -74,7 +74,7 @@ def _run(tokenizer, out, steps, every, kill_at=None):
             kv_instance(b, TEXT, VALUES, [KeySchema.parse("company,date,total")], objective="pip", rng=rng)
             for _ in range(2)
         ]
-        return collate(insts, b.pad_id, end_id=b.end_id)
+        return collate(insts, b, absent=False)
 
     train(cfg, model, make_batch, save=lambda p: None, pattern="prefix_causal")
     return [json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines()]

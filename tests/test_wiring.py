@@ -82,7 +82,7 @@ def train_tiny(tokenizer, objective: str, tmp_path, steps: int):
             insts.append(
                 kv_instance(builder, text, values, [make_schema(rng), make_schema(rng)], objective=objective, rng=rng)
             )
-        return collate(insts, builder.pad_id)
+        return collate(insts, builder)
 
     saved = []
     train(cfg, model, make_batch, save=saved.append, pattern="prefix_causal" if objective == "pip" else "causal")

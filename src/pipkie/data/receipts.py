@@ -31,7 +31,7 @@ from functools import cache
 from faker import Faker
 
 from pipkie.data import locales as L
-from pipkie.data.synthetic import FORM_FONTS, FORM_WIDTHS, RECEIPT_FONTS, RECEIPT_WIDTHS, _check, _generate
+from pipkie.data.layout import FORM_FONTS, FORM_WIDTHS, RECEIPT_FONTS, RECEIPT_WIDTHS, lay_out
 from pipkie.data.vocab import BRANDS, FOODS, GOODS, ITEM_FIELDS, SERVICES, TRADES
 from pipkie.io.document import Document
 
@@ -333,21 +333,19 @@ def generate_world_receipts(
 ) -> Iterator[Document]:
     """Yield receipts start..n-1 from the locales of `pipkie.data.locales` (fields: RECEIPT_KEYS and
     items.*); document i depends only on (seed, i)."""
-    _check(render, out_dir)
-    return _generate(
-        "world-receipt",
+    return lay_out(
+        _world_receipt,
         n,
         seed,
-        out_dir,
-        render,
-        True,
-        missing_prob,
-        noise,
-        skew,
-        id_prefix,
-        build=_world_receipt,
+        kind="world-receipt",
         fonts=RECEIPT_FONTS,
         widths=RECEIPT_WIDTHS,
+        out_dir=out_dir,
+        render=render,
+        missing_prob=missing_prob,
+        noise=noise,
+        skew=skew,
+        id_prefix=id_prefix,
         start=start,
     )
 
@@ -365,20 +363,18 @@ def generate_invoices(
     start: int = 0,
 ) -> Iterator[Document]:
     """Yield one-page invoices start..n-1 (fields: INVOICE_KEYS and items.*)."""
-    _check(render, out_dir)
-    return _generate(
-        "invoice",
+    return lay_out(
+        _invoice,
         n,
         seed,
-        out_dir,
-        render,
-        True,
-        missing_prob,
-        noise,
-        skew,
-        id_prefix,
-        build=_invoice,
+        kind="invoice",
         fonts=FORM_FONTS,
         widths=FORM_WIDTHS,
+        out_dir=out_dir,
+        render=render,
+        missing_prob=missing_prob,
+        noise=noise,
+        skew=skew,
+        id_prefix=id_prefix,
         start=start,
     )

@@ -3,10 +3,9 @@
     docs = list(generate_receipts(100, seed=0, out_dir="runs/synth"))     # PNGs + Documents
     docs = list(generate_forms(10_000, seed=1, render=False))            # words + boxes only
 
-Each document is laid out as rows of text segments (what an OCR engine returns: a vendor name, a
-label, an amount) in pixels, measured with a real font (DejaVu from `fonts-dejavu-core` when
-installed, else Pillow's default font), optionally rotated by a small skew angle, and normalised to
-0-1000 boxes. `render=True` also draws the page and saves `{out_dir}/{id}.png`; `render=False`
+Each document is rows of text segments (what an OCR engine returns: a vendor name, a label, an
+amount), laid out by `pipkie.data.layout`: measured with a real font, optionally skewed, normalised
+to 0-1000 boxes; `render=True` also draws the page and saves `{out_dir}/{id}.png`, `render=False`
 skips all drawing (fast, for bulk pre-training data) and yields the very same words and boxes.
 
 Receipts carry company (vendor name + SDN BHD / Sdn. Bhd. / ENTERPRISE ... suffixes), address
@@ -26,21 +25,14 @@ import math
 import random
 from collections.abc import Callable, Iterator
 from datetime import date, timedelta
-from functools import lru_cache
 from pathlib import Path
 
 from faker import Faker
-from PIL import Image, ImageDraw, ImageFont
 
-from pipkie.data.noise import ocr_noise
+from pipkie.data.layout import FORM_FONTS, FORM_WIDTHS, RECEIPT_FONTS, RECEIPT_WIDTHS, Row, lay_out
 from pipkie.data.vocab import MY_PRODUCTS, MY_SUFFIXES, MY_TRADES
-from pipkie.io.document import Document, Word, normalize_box
+from pipkie.io.document import Document
 
-Row = list[tuple[str, float, str]]  # (text, position 0-1 across the text area, align "l" | "c" | "r")
-
-FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
-RECEIPT_FONTS = ("DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansCondensed.ttf", "DejaVuSans.ttf")
-FORM_FONTS = ("DejaVuSans.ttf", "DejaVuSerif.ttf", "DejaVuSansCondensed.ttf")
 MONTHS = "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split()
 DATE_FORMATS = (
     "{d:02d}/{m:02d}/{Y}",
@@ -51,14 +43,6 @@ DATE_FORMATS = (
     "{Y}-{m:02d}-{d:02d}",
     "{d:02d}-{b}-{Y}",
 )
-
-
-@lru_cache(maxsize=64)
-def _font(name: str, size: int) -> ImageFont.FreeTypeFont:
-    path = FONT_DIR / name
-    if path.is_file():
-        return ImageFont.truetype(str(path), size)
-    return ImageFont.load_default(size=size)
 
 
 def _money(v: float) -> str:
@@ -112,18 +96,6 @@ def _ic_number(rng: random.Random) -> str:
     """A Malaysian identity card number: YYMMDD-PB-###G."""
     birth = f"{rng.randint(50, 99)}{rng.randint(1, 12):02d}{rng.randint(1, 28):02d}"
     return f"{birth}-{rng.randint(1, 16):02d}-{rng.randrange(10**4):04d}"
-
-
-def _wrap(text: str, font, max_width: float) -> list[str]:
-    lines, current = [], ""
-    for word in text.split():
-        trial = f"{current} {word}".strip()
-        if current and font.getlength(trial) > max_width:
-            lines.append(current)
-            current = word
-        else:
-            current = trial
-    return lines + [current] if current else lines
 
 
 def _receipt(rng: random.Random, fake: Faker, fit, rule: str, missing_prob: float, variety: bool):
@@ -286,89 +258,6 @@ def _form(rng: random.Random, fake: Faker, fit, rule: str, missing_prob: float, 
     return rows, fields
 
 
-def _check(render: bool, out_dir) -> None:
-    if render and out_dir is None:
-        raise ValueError("render=True needs out_dir (where the PNG images are written); or pass render=False")
-
-
-RECEIPT_WIDTHS, FORM_WIDTHS = (420, 480, 540, 600), (760, 850, 960)
-
-
-def _generate(
-    kind: str,
-    n: int,
-    seed: int,
-    out_dir,
-    render: bool,
-    layout_variety: bool,
-    missing_prob: float,
-    noise: float,
-    skew: float,
-    id_prefix: str,
-    build: Callable | None = None,
-    fonts: tuple = (),
-    widths: tuple = (),
-    start: int = 0,
-) -> Iterator[Document]:
-    """Lay out and (optionally) draw n documents of `build(rng, fake, fit, rule, missing_prob, variety)`,
-    which returns rows of `(text, position, align[, anything])` segments (None = a gap) and fields."""
-    if render:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-    fake = Faker("en_MS")
-    build = build or (_receipt if kind == "receipt" else _form)
-    fonts = fonts or (RECEIPT_FONTS if kind == "receipt" else FORM_FONTS)
-    widths = widths or (RECEIPT_WIDTHS if kind == "receipt" else FORM_WIDTHS)
-    for i in range(start, n):
-        rng = random.Random(f"pipkie-{kind}-{seed}-{i}")
-        fake.seed_instance(rng.randrange(2**32))
-        font_name = rng.choice(fonts) if layout_variety else fonts[0]
-        size = rng.randint(15, 22) if layout_variety else 18
-        width = rng.choice(widths) if layout_variety else widths[1]
-        font, margin = _font(font_name, size), rng.randint(12, 40) if layout_variety else 24
-        text_w = width - 2 * margin
-        fit = lambda t, frac=1.0: _wrap(t, font, text_w * frac) or [t]  # noqa: E731
-        rule = "-" * int(text_w * rng.uniform(0.6, 1.0) / font.getlength("-"))
-        rows, fields = build(rng, fake, fit, rule, missing_prob, layout_variety)
-        line_h = size * (rng.uniform(1.2, 1.6) if layout_variety else 1.4)
-        segments, y = [], float(margin)
-        for row in rows:
-            if row is None:
-                y += line_h * 0.6
-                continue
-            for text, pos, align, *_ in row:
-                w = font.getlength(text)
-                x = margin + pos * text_w - (0 if align == "l" else w if align == "r" else w / 2)
-                segments.append((text, max(2.0, x), y))
-            y += line_h
-        height = int(y + margin)
-        angle = rng.uniform(-skew, skew) if skew else 0.0
-        c, s = math.cos(math.radians(angle)), math.sin(math.radians(angle))
-        w2, h2 = math.ceil(abs(width * c) + abs(height * s)), math.ceil(abs(width * s) + abs(height * c))
-        cx, cy, cx2, cy2 = width / 2, height / 2, w2 / 2, h2 / 2
-        rotate = lambda x, y: (cx2 + (x - cx) * c + (y - cy) * s, cy2 - (x - cx) * s + (y - cy) * c)  # noqa: E731
-        words = []
-        for text, x, y in segments:
-            l, t, r, b = font.getbbox(text)
-            corners = [rotate(px, py) for px in (x + l, x + r) for py in (y + t, y + b)]
-            shown = ocr_noise(text, rng, noise) if noise else text
-            words.append(Word(shown, normalize_box([v for pt in corners for v in pt], w2, h2)))
-        doc_id = f"{id_prefix}-{seed}-{i:06d}"
-        images = []
-        if render:
-            bg, ink = rng.randint(225, 255), rng.randint(0, 60)
-            im = Image.new("L", (width, height), bg)
-            draw = ImageDraw.Draw(im)
-            for text, x, y in segments:
-                draw.text((x, y), text, font=font, fill=ink)
-            if angle:
-                inverse = (c, -s, cx - c * cx2 + s * cy2, s, c, cy - s * cx2 - c * cy2)
-                im = im.transform((w2, h2), Image.Transform.AFFINE, inverse, Image.Resampling.BILINEAR, fillcolor=bg)
-            path = Path(out_dir) / f"{doc_id}.png"
-            im.save(path)
-            images = [str(path)]
-        yield Document(id=doc_id, words=words, page_sizes=[(w2, h2)], fields=fields, images=images)
-
-
 def generate_receipts(
     n: int,
     seed: int = 0,
@@ -383,9 +272,21 @@ def generate_receipts(
     start: int = 0,
 ) -> Iterator[Document]:
     """Yield receipts start..n-1 with fields company/date/address/total (a generator; wrap in list())."""
-    _check(render, out_dir)
-    return _generate(
-        "receipt", n, seed, out_dir, render, layout_variety, missing_prob, noise, skew, id_prefix, start=start
+    return lay_out(
+        _receipt,
+        n,
+        seed,
+        kind="receipt",
+        fonts=RECEIPT_FONTS,
+        widths=RECEIPT_WIDTHS,
+        out_dir=out_dir,
+        render=render,
+        layout_variety=layout_variety,
+        missing_prob=missing_prob,
+        noise=noise,
+        skew=skew,
+        id_prefix=id_prefix,
+        start=start,
     )
 
 
@@ -403,7 +304,19 @@ def generate_forms(
     start: int = 0,
 ) -> Iterator[Document]:
     """Yield forms start..n-1 whose fields are 4-9 keys of FORM_FIELDS (a generator; wrap in list())."""
-    _check(render, out_dir)
-    return _generate(
-        "form", n, seed, out_dir, render, layout_variety, missing_prob, noise, skew, id_prefix, start=start
+    return lay_out(
+        _form,
+        n,
+        seed,
+        kind="form",
+        fonts=FORM_FONTS,
+        widths=FORM_WIDTHS,
+        out_dir=out_dir,
+        render=render,
+        layout_variety=layout_variety,
+        missing_prob=missing_prob,
+        noise=noise,
+        skew=skew,
+        id_prefix=id_prefix,
+        start=start,
     )

@@ -159,7 +159,7 @@ def predict_slots(
                 stream_ids=stream_ids,
                 end_id=builder.end_id,
                 keys=keys,
-                absent_id=builder.unknown_id if f.group is None else -1,  # lists: "no more items" instead
+                absent_id=builder.unknown_id if f.may_be_absent else -1,
             )
             place = None
             if f.group is None:

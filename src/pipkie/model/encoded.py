@@ -23,6 +23,12 @@ class FieldSlots:
     field: str | None = None  # its field's name
     type: str | None = None  # a flat key's value type (`Key.type`, `pipkie.decoding.types`)
 
+    @property
+    def may_be_absent(self) -> bool:
+        """A flat key may answer `unknown` (the copy head's absent score); a list's field may not:
+        a list says "no more items" instead (`pipkie.model.groups`). Training and decoding both ask here."""
+        return self.group is None
+
 
 @dataclass
 class Encoded:

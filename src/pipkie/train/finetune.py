@@ -163,7 +163,7 @@ def finetune(cfg: TrainConfig) -> dict:
             insts.append(
                 kv_instance(builder, texts[i], values[i], schemas, objective=cfg.objective, rng=rng, reveal=cfg.reveal)
             )
-        return collate(insts, builder.pad_id, end_id=builder.end_id, absent_id=builder.unknown_id)
+        return collate(insts, builder)
 
     pattern = cfg.pattern if cfg.objective == "pip" else "causal"
     summary = train(cfg, model, make_batch, save=_saver(cfg, model, tokenizer, cfg.objective), pattern=pattern)
@@ -239,7 +239,7 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
             insts.append(
                 kv_instance(builder, text, values, schemas, objective=cfg.objective, rng=rng, reveal=cfg.reveal)
             )
-        return collate(insts, builder.pad_id, end_id=builder.end_id, absent_id=builder.unknown_id)
+        return collate(insts, builder)
 
     cfg_saved = TrainConfig(**{**cfg.to_dict(), "budgets": budgets})
     pattern = cfg.pattern if cfg.objective == "pip" else "causal"
@@ -283,7 +283,7 @@ def pretrain(cfg: TrainConfig) -> dict:
                 insts.append(copy_instance(builder, texts[i], rng=rng))
             else:
                 raise ValueError(f"unknown pretraining task {task!r} (mask or copy)")
-        return collate(insts, builder.pad_id, end_id=builder.end_id, absent_id=builder.unknown_id)
+        return collate(insts, builder)
 
     return train(cfg, model, make_batch, save=_saver(cfg, model, tokenizer, "pip"), pattern=cfg.pattern)
 

@@ -94,7 +94,7 @@ def kv_instance(
             blocks = [x + next_group if x > GROUP_BLOCK else next_block - 1 + x for x in blocks]
             if builder.copy:  # the copy loss needs every slot's target: nothing is revealed
                 inst.fields += [list(range(f.start, f.start + f.length)) for f in slots]
-                inst.absent += [f.group is None for f in slots]
+                inst.absent += [f.may_be_absent for f in slots]
             elif rng.random() < reveal:
                 ratio = rng.random()
                 for i, t in enumerate(targets):
@@ -185,16 +185,17 @@ def padded_width(length: int, multiple: int = 64) -> int:
     return -(-length // multiple) * multiple
 
 
-def collate(
-    instances: list[Instance], pad_id: int, *, end_id: int = -1, absent_id: int = -1, multiple: int = 64
-) -> dict:
+def collate(instances: list[Instance], builder: TemplateBuilder, *, absent: bool = True, multiple: int = 64) -> dict:
     """Right-padded batch tensors; `keep` marks the positions whose logits are computed.
+
+    The builder gives the pad, end and `unknown` tokens; `absent`: the copy loss also trains the
+    absent score on the fields that may be absent (off: the copy loss of heads without one).
 
     The width is rounded up to a multiple of `multiple`: a handful of distinct shapes instead of
     one per batch keeps the CPU kernels' per-shape caches (and the process's memory) bounded."""
     width = padded_width(max(len(x.ids) for x in instances), multiple)
     B = len(instances)
-    ids = torch.full((B, width), pad_id, dtype=torch.long)
+    ids = torch.full((B, width), builder.pad_id, dtype=torch.long)
     pos = torch.zeros((B, width), dtype=torch.long)
     block = torch.zeros((B, width), dtype=torch.long)
     attn = torch.zeros((B, width), dtype=torch.long)
@@ -212,10 +213,10 @@ def collate(
                 row=i,
                 slots=torch.tensor(f),
                 stream=torch.tensor(x.stream),
-                end_id=end_id,
+                end_id=builder.end_id,
                 stream_ids=torch.tensor([x.ids[p] for p in x.stream]),
                 targets=torch.tensor([x.targets[p] for p in f]),
-                absent_id=absent_id if x.absent[j] else -1,
+                absent_id=builder.unknown_id if absent and x.absent[j] else -1,
             )
             for i, x in enumerate(instances)
             for j, f in enumerate(x.fields)

@@ -51,7 +51,7 @@ def collect(
     for text, vals in tqdm(list(zip(texts, values)), desc=desc, mininterval=5):
         schema = random_schemas(keys, rng, 1, 0.0, 0.5)
         inst = kv_instance(builder, text, vals, schema, objective="pip", rng=rng)
-        batch = collate([inst], builder.pad_id, end_id=builder.end_id, absent_id=builder.unknown_id)
+        batch = collate([inst], builder)
         logits, hidden, index = forward_batch(model, batch, "prefix_causal", hidden=True)
         hidden = hidden.half()
         for f in batch["copy_fields"]:
