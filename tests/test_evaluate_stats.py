@@ -71,6 +71,18 @@ def test_per_key_and_exact_match_f1():
     )
 
 
+def test_anls_ignoring_whitespace_is_compared_as_anls_is():
+    a = [
+        dict(id=str(i), pred={"company": "KOREAN RESTAURANT"}, gold={"company": ["KOREANRESTAURANT"]})
+        for i in range(50)
+    ]
+    b = [
+        dict(id=str(i), pred={"company": "KOREANRESTAURANT"}, gold={"company": ["KOREANRESTAURANT"]}) for i in range(50)
+    ]
+    assert compare_rows(a, b)["overall"]["diff"] == pytest.approx(-1 / 17)
+    assert compare_rows(a, b, metric="anls-nospace")["overall"]["diff"] == 0.0
+
+
 def test_item_f1_of_lists():
     """A lists both items of every receipt; B gets the second one's price wrong on even receipts
     and misses it on odd ones: item F1 = 2 TP / (predicted + gold items)."""

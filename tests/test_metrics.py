@@ -111,6 +111,21 @@ def test_loose_exact(pred, gold, expected):
     assert loose_exact(pred, gold) is expected
 
 
+def test_anls_ignoring_whitespace_is_reported_beside_anls():
+    """OCR's spaces against WildReceipt's space-less gold: an edit for ANLS, none ignoring whitespace."""
+    s = score_field("KOREAN RESTAURANT", ["KOREANRESTAURANT"])
+    assert s.anls == pytest.approx(1 - 1 / 17) and s.anls_nospace == 1.0
+    assert score_field("K O R E A N", ["KOREAN"]).anls == pytest.approx(6 / 11)  # 5 edits of 11
+    assert score_field("K O R E A N", ["KOREAN"]).anls_nospace == 1.0
+    assert score_field(" ", None).anls_nospace == 1.0 and score_field("x", None).anls_nospace == 0.0
+    scores = Scores()
+    scores.add("company", "KOREAN RESTAURANT", ["KOREANRESTAURANT"])
+    scores.add("total", "9.00", ["9.00"])
+    out = scores.summary()
+    assert out["anls_nospace"] == 1.0 and out["anls"] < 1.0
+    assert out["per_key"]["company"]["anls_nospace"] == 1.0
+
+
 @pytest.mark.parametrize("name", ["sroie-pip-long-refit", "sroie-ar-forced-long"])
 def test_single_valued_scores_of_published_predictions_are_unchanged(name):
     """The SROIE numbers in results/ (shipped model: ANLS 94.6, F1 84.4) rescored by today's metric."""

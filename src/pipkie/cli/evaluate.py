@@ -243,7 +243,10 @@ def bench(
 def compare(
     a: Path = typer.Argument(..., help="predictions file of system A (pipkie evaluate's .predictions.jsonl)"),
     b: Path = typer.Argument(..., help="predictions file of system B, on the same documents"),
-    metric: str = typer.Option("anls", help="anls | exact (micro exact-match F1) | items (item F1 of each list)"),
+    metric: str = typer.Option(
+        "anls",
+        help="anls | anls-nospace (ANLS ignoring whitespace) | exact (micro exact-match F1) | items (item F1 per list)",
+    ),
     samples: int = typer.Option(10000, min=1, help="bootstrap resamples"),
     seed: int = typer.Option(0),
     level: float = typer.Option(0.95, min=0.5, max=0.999, help="interval coverage"),

@@ -7,7 +7,8 @@ Both files are `pipkie evaluate` predictions files. The documents both scored ar
 replacement `samples` times (seeded, so a claim can be re-checked to the digit); each resample is
 scored for A and for B *on the same documents*, so that how hard the documents are cancels out of
 the difference. The metric is recomputed on each resample as the headline number is computed
-(not a mean of per-document numbers): `anls` = Σ field ANLS / number of fields, `exact` = micro
+(not a mean of per-document numbers): `anls` = Σ field ANLS / number of fields (`anls-nospace`: the
+same with whitespace removed from both sides, `pipkie.eval.metrics`), `exact` = micro
 exact-match F1 = 2·TP / (predicted values + gold values), `items` = item F1 of each list
 (`items[name,quantity,price]`: items matched one to one, `pipkie.eval.metrics.ItemScores`) =
 2·TP / (predicted items + gold items). Reported: A's and B's value on all
@@ -25,13 +26,13 @@ import numpy as np
 from pipkie.eval.metrics import ItemScores, score_field
 from pipkie.eval.store import read_predictions
 
-METRICS = ("anls", "exact", "items")
+METRICS = ("anls", "anls-nospace", "exact", "items")
 
 
 def _parts(rows: list[dict], keys: list[str], metric: str, fields: dict | None = None) -> np.ndarray:
     """(documents, keys, parts) additive per-document parts of the metric, per key (`fields`: each
     list's item fields, for `items`)."""
-    out = np.zeros((len(rows), len(keys), 2 if metric == "anls" else 3))
+    out = np.zeros((len(rows), len(keys), 2 if metric.startswith("anls") else 3))
     for i, r in enumerate(rows):
         for j, k in enumerate(keys):
             pred, gold = r["pred"].get(k), r["gold"].get(k)
@@ -40,13 +41,16 @@ def _parts(rows: list[dict], keys: list[str], metric: str, fields: dict | None =
                 out[i, j] = (tp, len(pred or []), len(gold or []))
                 continue
             s = score_field(pred, gold)
-            out[i, j] = (s.anls, 1.0) if metric == "anls" else (s.tp, s.n_pred, s.n_gold)
+            if metric.startswith("anls"):
+                out[i, j] = (s.anls if metric == "anls" else s.anls_nospace, 1.0)
+            else:
+                out[i, j] = (s.tp, s.n_pred, s.n_gold)
     return out
 
 
 def _statistic(sums: np.ndarray, metric: str) -> np.ndarray:
     """The metric from summed parts (..., parts)."""
-    if metric == "anls":
+    if metric.startswith("anls"):
         return sums[..., 0] / np.maximum(sums[..., 1], 1e-12)
     denominator = sums[..., 1] + sums[..., 2]
     return np.where(denominator > 0, 2 * sums[..., 0] / np.maximum(denominator, 1e-12), 0.0)

@@ -273,14 +273,16 @@ def format_table(result: dict) -> str:
     lines = [
         f"{result['dataset']} {result['split']} · decode={result['decode']} · {result['n_docs']} docs · "
         f"{result['sec_per_doc']:.3f} s/doc",
-        f"{'key':<12}{'ANLS':>8}{'exact':>8}{'F1':>8}",
-        "-" * 36,
+        f"{'key':<12}{'ANLS':>8}{'exact':>8}{'F1':>8}{'ANLS ns':>9}",
+        "-" * 45,
     ]
+    nospace = lambda v: f"{100 * v['anls_nospace']:>9.1f}" if "anls_nospace" in v else ""  # noqa: E731
     for k, v in result["per_key"].items():
-        lines.append(f"{k:<12}{100 * v['anls']:>8.1f}{100 * v['exact']:>8.1f}{100 * v['f1']:>8.1f}")
-    lines.append("-" * 36)
+        lines.append(f"{k:<12}{100 * v['anls']:>8.1f}{100 * v['exact']:>8.1f}{100 * v['f1']:>8.1f}{nospace(v)}")
+    lines.append("-" * 45)
     if result["per_key"]:
-        lines.append(f"{'all':<12}{100 * result['anls']:>8.1f}{'':>8}{100 * result['f1']:>8.1f}")
+        lines.append(f"{'all':<12}{100 * result['anls']:>8.1f}{'':>8}{100 * result['f1']:>8.1f}{nospace(result)}")
+        lines.append("(ANLS ns: ANLS ignoring whitespace, pipkie.eval.metrics)")
     for name, s in result.get("items", {}).items():
         lines.append(
             f"{name}: item P {100 * s['precision']:.1f} R {100 * s['recall']:.1f} F1 {100 * s['f1']:.1f} "

@@ -19,6 +19,10 @@
   non-empty multiset.
 - `loose_exact`: the same comparison ignoring all whitespace and case, the notion of "right" used
   for calibration (WildReceipt's transcriptions carry no spaces: `KOREANRESTAURANT`).
+- ANLS ignoring whitespace (`anls_nospace`, reported beside ANLS): the same ANLS on values with all
+  whitespace removed. An OCR engine that writes `KOREAN RESTAURANT` for WildReceipt's gold
+  `KOREANRESTAURANT` read it right; plain ANLS charges the space as an edit. Reported, never the
+  headline: datasets whose gold has spaces score (almost) the same under both.
 - Line items (lists of objects, `ItemScores`): a document's predicted and gold items are matched
   one to one by the Hungarian method on the similarity of their names (ANLS of the `name` field, or
   of the list's first field when it has none; ties broken towards equal prices; two items that both
@@ -94,12 +98,24 @@ class FieldScore:
     n_pred: int  # non-missing predicted values
     n_gold: int  # gold values
     exact: bool  # same non-empty multiset of values
+    anls_nospace: float  # ANLS of the values with their whitespace removed
+
+
+def _no_space(vs: list[str]) -> list[str]:
+    return [x for x in (_WS.sub("", v) for v in vs) if x]
 
 
 def score_field(pred: Value, gold: Value, threshold: float = 0.5) -> FieldScore:
     ps, gs = values(pred), values(gold)
     tp = exact_matches(ps, gs)
-    return FieldScore(anls_score(ps, gs, threshold), tp, len(ps), len(gs), bool(ps) and tp == len(ps) == len(gs))
+    return FieldScore(
+        anls_score(ps, gs, threshold),
+        tp,
+        len(ps),
+        len(gs),
+        bool(ps) and tp == len(ps) == len(gs),
+        anls_score(_no_space(ps), _no_space(gs), threshold),
+    )
 
 
 def prf(tp: float, n_pred: float, n_gold: float) -> dict[str, float]:
@@ -119,10 +135,12 @@ class Scores:
     n_pred: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     n_gold: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     n_exact: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    nospace_sum: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def add(self, key: str, pred: Value, gold: Value) -> float:
         s = score_field(pred, gold, self.threshold)
         self.anls_sum[key] += s.anls
+        self.nospace_sum[key] += s.anls_nospace
         self.count[key] += 1
         self.tp[key] += s.tp
         self.n_pred[key] += s.n_pred
@@ -138,10 +156,12 @@ class Scores:
         keys = sorted(self.count)
         n = sum(self.count.values())
         out = dict(anls=sum(self.anls_sum.values()) / n if n else 0.0, n_fields=n)
+        out["anls_nospace"] = sum(self.nospace_sum.values()) / n if n else 0.0
         out.update(prf(sum(self.tp.values()), sum(self.n_pred.values()), sum(self.n_gold.values())))
         out["per_key"] = {
             k: dict(
                 anls=self.anls_sum[k] / self.count[k],
+                anls_nospace=self.nospace_sum[k] / self.count[k],
                 n=self.count[k],
                 exact=self.n_exact[k] / self.count[k],
                 **prf(self.tp[k], self.n_pred[k], self.n_gold[k]),
