@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from pipkie.decoding import get_decoder
+from pipkie.decoding.abstain import thresholds
 from pipkie.decoding.results import FieldResult
 from pipkie.eval.calibration import calibrate
 from pipkie.io.document import Document, Word, serialize
@@ -68,6 +69,7 @@ class Field:
     boxes: list[Box] = field(default_factory=list)
     grounding: str = "none"  # how the boxes were found: exact | fuzzy | none
     truncated: bool = False  # the value filled its whole budget (no end token inside it): maybe cut
+    withheld: str | None = None  # the value read, answered unknown below its key's threshold (abstention)
 
 
 @dataclass
@@ -134,7 +136,7 @@ class Extractor:
         self.threads, self.ocr, self.name = threads, ocr, name
         self.ar_model = ar_model
         self._ar = None  # (model, builder) of the AR baseline, once loaded
-        self._ar_calibration = None  # the AR baseline's confidence_calibration
+        self._ar_settings = None  # the AR baseline's Settings (its calibration and abstention)
 
     @classmethod
     def from_pretrained(
@@ -184,14 +186,22 @@ class Extractor:
             if settings.objective != "ar":
                 raise ValueError(f"the AR baseline {path} is not an AR model (objective {settings.objective!r})")
             self._ar = (model, builder_for(tok, settings))
-            self._ar_calibration = settings.confidence_calibration
+            self._ar_settings = settings
         return self._ar
 
-    def calibration(self, decode: str) -> dict | None:
-        """The confidence map of the model that `decode` runs on (`decoder`): this model's, or for
-        AR decodes of a PIP model its AR baseline's (loaded if it is not yet)."""
+    def settings_for(self, decode: str):
+        """The Settings of the model that `decode` runs on (`decoder`): this model's, or for AR
+        decodes of a PIP model its AR baseline's (loaded if it is not yet)."""
         model, _ = self.decoder(decode)
-        return self.settings.confidence_calibration if model is self.model else self._ar_calibration
+        return self.settings if model is self.model else self._ar_settings
+
+    def calibration(self, decode: str) -> dict | None:
+        """The confidence map of the model that `decode` runs on."""
+        return self.settings_for(decode).confidence_calibration
+
+    def abstention(self, decode: str) -> dict[str, float]:
+        """Per key, the confidence below which the model that `decode` runs on answers unknown."""
+        return thresholds(self.settings_for(decode).abstention)
 
     def schema(self, keys=None, schema=None) -> KeySchema:
         """The keys asked for, else the model's own (`KeySchema.resolve`)."""
@@ -211,12 +221,13 @@ class Extractor:
         decode: str = "pip",
         refine_steps: int = 0,
         snap: bool = True,
+        abstain: bool = True,
         text: str | None = None,
         trace: list | None = None,
     ) -> Extraction:
         doc = Document(id="text", text=text) if text is not None else self.load(document)
         return self.extract_many(
-            [doc], keys, schema=schema, decode=decode, refine_steps=refine_steps, snap=snap, trace=trace
+            [doc], keys, schema=schema, decode=decode, refine_steps=refine_steps, snap=snap, abstain=abstain, trace=trace
         )[0]
 
     def extract_many(
@@ -228,14 +239,18 @@ class Extractor:
         decode: str = "pip",
         refine_steps: int = 0,
         snap: bool = True,
+        abstain: bool = True,
         batch_size: int = 8,
         trace: list | None = None,
     ) -> list[Extraction]:
         """Extract from every document, `batch_size` at a time (one PIP pass per batch). `trace` (a
-        list): receives per document the copy head's {key: CopyTrace} (PIP; `pipkie.decoding.pip`)."""
+        list): receives per document the copy head's {key: CopyTrace} (PIP; `pipkie.decoding.pip`).
+        `abstain`: apply the model's abstention thresholds (`Settings.abstention`); False answers every
+        value the model reads."""
         dec = get_decoder(decode)
         model, builder = self.decoder(decode)
         cal = self.calibration(decode)
+        below = self.abstention(decode) if abstain else {}
         ks = self.schema(keys, schema)
         docs = [self.load(d) for d in documents]
         reserved = dec.reserved(builder, ks)  # next to the document: what `TemplateBuilder.fit` keeps free
@@ -254,6 +269,7 @@ class Extractor:
                     pattern=self.settings.pattern,
                     refine_steps=refine_steps,
                     snap=snap,
+                    abstain=below,
                     trace=traced,
                 )
             if trace is not None:
@@ -283,7 +299,7 @@ class Extractor:
         """A field with its boxes; its confidence under the map `cal` (`_confidence`)."""
         conf = _confidence(r, cal)
         if r.value is None or not doc.words:
-            return Field(r.value, conf, truncated=r.truncated)
+            return Field(r.value, conf, truncated=r.truncated, withheld=r.withheld)
         g = locate(r.value, doc)
         return Field(r.value, conf, _boxes(g.words), g.method, truncated=r.truncated)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
-from pipkie.decoding.snap import snap_predictions  # (plain Python: no torch)
+from pipkie.decoding.abstain import withhold  # (plain Python: no torch)
+from pipkie.decoding.snap import snap_predictions  # (plain Python too)
 from pipkie.decoding.types import reject_untyped  # (plain Python too)
 
 if TYPE_CHECKING:  # (decoders are listed without importing torch: `pipkie.decoding`)
@@ -51,16 +52,27 @@ class Decoder(ABC):
         """Tokens kept free next to the document for the answer (template or AR answer budget)."""
 
     def __call__(
-        self, model, builder, texts, schemas, *, pattern="prefix_causal", refine_steps=0, trace=None, snap=True
+        self,
+        model,
+        builder,
+        texts,
+        schemas,
+        *,
+        pattern="prefix_causal",
+        refine_steps=0,
+        trace=None,
+        snap=True,
+        abstain: dict[str, float] | None = None,
     ):
         """`decode`, and with `snap` every value that ends inside a document word completed to the
         word's end (`pipkie.decoding.snap`), then a typed key's value not of its type made unknown
-        (`pipkie.decoding.types`), for every decoder alike."""
+        (`pipkie.decoding.types`), then a value below its key's `abstain` threshold made unknown
+        (`pipkie.decoding.abstain`: the model's `Settings.abstention`), for every decoder alike."""
         if refine_steps and not self.refines:
             raise ValueError(f"decode {self.name!r} does not refine (refine_steps={refine_steps})")
         preds = self.decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace)
         preds = snap_predictions(preds, texts) if snap else preds
-        return [reject_untyped(p, s) for p, s in zip(preds, schemas)]
+        return [withhold(reject_untyped(p, s), abstain) for p, s in zip(preds, schemas)]
 
     def __repr__(self) -> str:
         return f"<Decoder {self.name}>"

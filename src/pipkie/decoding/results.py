@@ -22,6 +22,7 @@ class FieldResult:
     confidence: float
     tokens: list[int] = field(default_factory=list)
     truncated: bool = False  # the value filled its budget: no end token predicted inside it
+    withheld: str | None = None  # the value read, answered `unknown` below its key's threshold (decoding.abstain)
 
 
 Prediction = dict[str, FieldResult]

@@ -49,6 +49,10 @@ class Settings:
     # (`pipkie.eval.calibration`: {"method": "temperature", "T", "fitted_on", "n"}; `pipkie calibrate
     # --write` fits and saves it); None: raw confidences. Evaluation rows keep the raw ones.
     confidence_calibration: dict | None = None
+    # per key, the raw confidence below which a value is answered `unknown` (`pipkie.decoding.abstain`:
+    # {"method": "confidence_below", "thresholds": {key: t}, "fitted_on", ...}; `pipkie abstain --write`
+    # fits and saves it); None: every value the model reads is answered.
+    abstention: dict | None = None
 
     def save(self, directory: str | Path) -> None:
         Path(directory, SETTINGS_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -71,14 +75,26 @@ class Settings:
             import warnings
 
             warnings.warn(f"{p}: unknown settings {sorted(set(data) - known)} ignored", stacklevel=2)
-        if data.get("confidence_calibration") is not None:
-            from pipkie.eval.calibration import check_calibration
-
+        for name in CHECKED:
             try:
-                check_calibration(data["confidence_calibration"])
+                _check(name, data.get(name))
             except ValueError as e:
                 raise ValueError(f"{p}: {e}") from None
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+CHECKED = ("confidence_calibration", "abstention")  # settings validated on load and on write
+
+
+def _check(name: str, value) -> None:
+    if name == "confidence_calibration":
+        from pipkie.eval.calibration import check_calibration
+
+        check_calibration(value)
+    elif name == "abstention":
+        from pipkie.decoding.abstain import check_abstention
+
+        check_abstention(value)
 
 
 def write_setting(directory: str | Path, name: str, value) -> Path:
@@ -89,10 +105,7 @@ def write_setting(directory: str | Path, name: str, value) -> Path:
     p = Path(directory, SETTINGS_FILE)
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such file (not a pipkie model directory)")
-    if name == "confidence_calibration":
-        from pipkie.eval.calibration import check_calibration
-
-        check_calibration(value)  # a bad map raises here, not when the model is next loaded
+    _check(name, value)  # a bad map raises here, not when the model is next loaded
     data = json.loads(p.read_text())
     data[name] = value
     tmp = p.with_suffix(".json.tmp")

@@ -27,6 +27,7 @@ class FieldOut(BaseModel):
     boxes: list[BoxOut]
     grounding: str
     truncated: bool = False
+    withheld: str | None = None  # the value read, answered unknown below the model's threshold for its key
 
 
 class ExtractionOut(BaseModel):
