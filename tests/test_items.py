@@ -261,6 +261,28 @@ def test_one_forward_pass_whatever_the_number_of_items(tokenizer):
         hook.remove()
 
 
+def test_a_list_gets_at_most_one_group_more_than_the_document_has_lines(tokenizer, monkeypatch):
+    """K = min(budget, lines + 1) per document, for every decoder (`within_lines`, applied by
+    `Decoder.__call__`): a 3-line receipt's pass holds 4 groups, not 12, and a long one keeps 12."""
+    from pipkie.decoding import get_decoder
+    from pipkie.model.groups import within_lines
+
+    b = TemplateBuilder(tokenizer, max_length=1024, default_budget=3)
+    schema = KeySchema.parse("total,items[name,price]")
+    schema = KeySchema(schema.keys, (Group("items", schema.groups[0].fields, 12),))
+    short, long = "a 1\nb 2\nc 3", "\n".join(f"x {i}" for i in range(30))
+    assert items_budgets(b, within_lines(b, schema, short)) == [4]
+    assert within_lines(b, schema, long) is schema
+    assert within_lines(b, KeySchema.parse("total"), short) == KeySchema.parse("total")
+    dec = get_decoder("pip")
+    seen = []
+    fake = lambda self, model, builder, texts, schemas, **kw: seen.extend(schemas) or [{} for _ in texts]  # noqa: E731
+    monkeypatch.setattr(type(dec), "decode", fake)
+    dec(None, b, [short, long], [schema, schema])
+    assert [items_budgets(b, s) for s in seen] == [[4], [12]]
+    assert len(dec.encode(b, short, seen[0]).input_ids) < len(dec.encode(b, short, schema).input_ids)
+
+
 def test_collect_stops_at_the_first_group_that_says_no_more(tokenizer):
     b = TemplateBuilder(tokenizer, default_budget=3)
     g = Group("items", (Key("name"), Key("price")))

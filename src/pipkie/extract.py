@@ -86,6 +86,11 @@ class Extraction:
         d = asdict(self)
         if not self.lists_truncated:  # flat results keep their JSON as it was
             d.pop("lists_truncated")
+        for f in d["fields"].values():  # and so do fields nothing was withheld from (decoding.abstain)
+            for x in f if isinstance(f, list) else [{"": f}]:
+                for y in x.values():
+                    if y.get("withheld") is None:
+                        y.pop("withheld", None)
         return d
 
     def to_json(self, **kw) -> str:
@@ -227,7 +232,14 @@ class Extractor:
     ) -> Extraction:
         doc = Document(id="text", text=text) if text is not None else self.load(document)
         return self.extract_many(
-            [doc], keys, schema=schema, decode=decode, refine_steps=refine_steps, snap=snap, abstain=abstain, trace=trace
+            [doc],
+            keys,
+            schema=schema,
+            decode=decode,
+            refine_steps=refine_steps,
+            snap=snap,
+            abstain=abstain,
+            trace=trace,
         )[0]
 
     def extract_many(

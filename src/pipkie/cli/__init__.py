@@ -2,7 +2,7 @@
 
     train     finetune, pretrain, refit-head   (options built from TrainConfig's fields)
     extract   extract, explain, ocr
-    evaluate  evaluate, bench, compare
+    evaluate  evaluate, calibrate, abstain, bench, compare
     serve     serve
 
 A new command goes in the module of its group (or a new module imported below).

@@ -111,38 +111,91 @@ def calibrate(
     The files' rows keep raw confidences (pipkie evaluate stores them so), so a map can be refitted
     at any time; fit it on the model's own predictions, on documents like those it will read."""
     from pipkie.eval.calibration import calibrate_files, format_calibration
-    from pipkie.eval.store import model_fingerprint
-    from pipkie.model.modeling import SETTINGS_FILE, default_model_path, write_setting
 
     if cross_fit == 1:
         raise typer.BadParameter("cross-fitting needs at least 2 folds", param_hint="--cross-fit")
-    for p in [*predictions, *score]:
-        if not p.is_file():
-            raise typer.BadParameter(f"{p}: no such file")
-    model = model or default_model_path()
-    if not Path(model, SETTINGS_FILE).is_file():
-        error(f"{model} is not a pipkie model directory (no {SETTINGS_FILE})")
-        raise typer.Exit(2)
+    model = _model_for_map(model, [*predictions, *score])
     ks = [k.strip() for k in keys.split(",") if k.strip()] if keys else None
     try:
         result = calibrate_files(predictions, keys=ks, score=score, folds=cross_fit, seed=seed)
     except ValueError as e:
         error(str(e))
         raise typer.Exit(2) from None
+    _finish_map(result, model, predictions, "confidence_calibration", write, json_path, format_calibration)
+
+
+def _model_for_map(model: str | None, files: list[Path]) -> str:
+    """The model directory a fitted map is for (default: the shipped model), after checking that
+    it is one and that every predictions file exists (exit 2 otherwise)."""
+    from pipkie.model.modeling import SETTINGS_FILE, default_model_path
+
+    for p in files:
+        if not p.is_file():
+            raise typer.BadParameter(f"{p}: no such file")
+    model = model or str(default_model_path())
+    if not Path(model, SETTINGS_FILE).is_file():
+        error(f"{model} is not a pipkie model directory (no {SETTINGS_FILE})")
+        raise typer.Exit(2)
+    return model
+
+
+def _finish_map(result: dict, model: str, predictions: list[Path], setting: str, write: bool, json_path, fmt) -> None:
+    """What calibrate and abstain do with a fitted map: warn about another model's predictions,
+    save the map as the model's `setting` with --write, write --json, print `fmt(result)`."""
+    from pipkie.model.modeling import write_setting
+
+    _warn_other_model(model, predictions)
+    result["model"] = str(model)
+    if write:
+        result["written"] = str(write_setting(model, setting, result["map"]))
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    typer.echo(fmt(result))
+    if write:
+        typer.echo(f"wrote {setting} into {result['written']}")
+
+
+def _warn_other_model(model: str, predictions: list[Path]) -> None:
+    """Warn about predictions made by another model (the summary beside a predictions file names it)."""
+    from pipkie.eval.store import model_fingerprint
+
     mine = model_fingerprint(model)
-    for p in predictions:  # the summary beside a predictions file names the model that made it
+    for p in predictions:
         summary = Path(str(p).removesuffix(".predictions.jsonl") + ".json")
         made_by = json.loads(summary.read_text()).get("fingerprint", {}).get("model") if summary.is_file() else None
         if made_by and made_by != mine:
             typer.echo(f"warning: {p} was made by another model ({made_by}) than {model} ({mine})", err=True)
-    result["model"] = str(model)
-    if write:
-        result["written"] = str(write_setting(model, "confidence_calibration", result["map"]))
-    if json_path:
-        json_path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    typer.echo(format_calibration(result))
-    if write:
-        typer.echo(f"wrote confidence_calibration into {result['written']}")
+
+
+@app.command()
+def abstain(
+    predictions: list[Path] = typer.Argument(
+        ..., help="predictions files to fit the thresholds on (pipkie evaluate's .predictions.jsonl, the model's own)"
+    ),
+    model: str | None = typer.Option(None, help="model directory the thresholds are for (default: the shipped model)"),
+    keys: str | None = typer.Option(None, help="comma-separated keys to fit (default: each file's flat gold keys)"),
+    folds: int = typer.Option(5, min=2, help="cross-fitting: thresholds fitted on K-1 folds, scored on the K-th"),
+    seed: int = typer.Option(0, help="the documents' shuffle into folds"),
+    write: bool = typer.Option(
+        False, "--write", help="save the thresholds (fitted on all the files) in the model's pipkie.json"
+    ),
+    json_path: Path | None = typer.Option(None, "--json", help="write the result here"),
+):
+    """Fit per key the confidence below which a value is answered `unknown` (the ANLS-maximising
+    one), print the gain on the files and cross-fitted with its paired 95% interval, and with
+    --write save the thresholds with the model (pipkie extract, the service and the API then apply
+    them; evaluate reports their effect beside the raw scores). Write them only when the
+    cross-fitted gain says they help on documents they were not fitted on."""
+    from pipkie.eval.abstention import abstain_files, format_abstention
+
+    model = _model_for_map(model, predictions)
+    ks = [k.strip() for k in keys.split(",") if k.strip()] if keys else None
+    try:
+        result = abstain_files(predictions, ks, folds=folds, seed=seed)
+    except ValueError as e:
+        error(str(e))
+        raise typer.Exit(2) from None
+    _finish_map(result, model, predictions, "abstention", write, json_path, format_abstention)
 
 
 @app.command()

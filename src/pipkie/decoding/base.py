@@ -64,12 +64,16 @@ class Decoder(ABC):
         snap=True,
         abstain: dict[str, float] | None = None,
     ):
-        """`decode`, and with `snap` every value that ends inside a document word completed to the
+        """`decode` (each list's K cut to its document's lines + 1: `pipkie.model.groups.within_lines`),
+        and with `snap` every value that ends inside a document word completed to the
         word's end (`pipkie.decoding.snap`), then a typed key's value not of its type made unknown
         (`pipkie.decoding.types`), then a value below its key's `abstain` threshold made unknown
         (`pipkie.decoding.abstain`: the model's `Settings.abstention`), for every decoder alike."""
+        from pipkie.model.groups import within_lines
+
         if refine_steps and not self.refines:
             raise ValueError(f"decode {self.name!r} does not refine (refine_steps={refine_steps})")
+        schemas = [within_lines(builder, s, t) for s, t in zip(schemas, texts)]  # K <= the document's lines + 1
         preds = self.decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace)
         preds = snap_predictions(preds, texts) if snap else preds
         return [withhold(reject_untyped(p, s), abstain) for p, s in zip(preds, schemas)]

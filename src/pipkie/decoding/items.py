@@ -40,7 +40,7 @@ SAME_LINE = True
 WORD_START = True
 COPY_SPAN = True
 COPY_GATE = 0.5  # a span replaces the slots' answer when the mean LM gate over it is below this
-ITEM_RULES = "order-line-word-span-3"  # names these rules in evaluation fingerprints
+ITEM_RULES = "order-line-word-span-3-klines"  # names these rules in evaluation fingerprints
 
 
 def stream_lines(stream: torch.Tensor) -> torch.Tensor:

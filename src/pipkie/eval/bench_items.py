@@ -6,8 +6,9 @@ of lines n, `batch` synthetic receipts with exactly n item lines (`items_receipt
 n lines `qty name price` drawn from `pipkie.data.receipts`' goods and a locale's money format, then
 the totals) are decoded with `items[name, quantity, price]` by PIP, AR forced-template and AR free,
 side by side in one process, each batch `repeats` times per method (the fastest kept, methods in a
-rotating order; see `pipkie.eval.bench`). K is the same for every n (`items_budget`, default the largest
-n): the budget a user would give for receipts of up to that many lines. Reported per point: seconds
+rotating order; see `pipkie.eval.bench`). The budget is the same for every n (`items_budget`, default
+the largest n): what a user would give for receipts of up to that many lines; every method then
+cuts K to a receipt's lines + 1 (`pipkie.model.groups.within_lines`). Reported per point: seconds
 per document of each method, the speed-ups, AR's decoding steps and item F1 (`pipkie.eval.metrics`).
 
 The AR methods run the PIP model's AR baseline (`--ar-model`, or its `ar_baseline`), as in `pipkie
@@ -85,10 +86,14 @@ def with_room(model, builder, texts: list[str], schema: KeySchema, ar: bool):
 
 
 def _decode(method: str, model, builder, texts, schema, pattern: str, stats: ARStats):
-    """The decoder `method`; AR decoders also count their steps into `stats`."""
+    """The decoder `method`; AR decoders also count their steps into `stats` (with the schemas that
+    `Decoder.__call__` would give them: K cut to each receipt's lines + 1, `groups.within_lines`)."""
+    from pipkie.model.groups import within_lines
+
     decoder = get_decoder(method)
     if decoder.objective == "ar":
-        return ar_decode(model, builder, texts, [schema] * len(texts), mode=decoder.mode, stats=stats)
+        schemas = [within_lines(builder, schema, t) for t in texts]
+        return ar_decode(model, builder, texts, schemas, mode=decoder.mode, stats=stats)
     return decoder(model, builder, texts, [schema] * len(texts), pattern=pattern)
 
 

@@ -34,8 +34,10 @@ import torch
 from tqdm.auto import tqdm
 
 from pipkie.decoding import get_decoder
+from pipkie.decoding.abstain import thresholds
 from pipkie.decoding.items import ITEM_RULES
 from pipkie.decoding.snap import SNAP
+from pipkie.eval.abstention import withhold_rows
 from pipkie.eval.calibration import calibrated_pairs, calibration, calibration_pairs, reliability_diagram
 from pipkie.eval.gold import gold_fields, gold_items, gold_warnings, load_documents, parse_key_map
 from pipkie.eval.metrics import ItemScores, Scores
@@ -63,12 +65,17 @@ def truncated_tokens(builder, text: str, schema: KeySchema, decode: str) -> int:
 
 
 def summarize(
-    rows: list[dict], keys: list[str], groups: dict[str, list[str]] | None = None, confidence_map: dict | None = None
+    rows: list[dict],
+    keys: list[str],
+    groups: dict[str, list[str]] | None = None,
+    confidence_map: dict | None = None,
+    abstention: dict | None = None,
 ) -> dict:
     """Scores, truncation and calibration of predictions-file rows (their own gold values); `groups`
     (list name -> its fields): the lists of items, scored by `ItemScores` (the summary's `items`);
     `confidence_map`: a model's `confidence_calibration`, scored as `calibrated` beside the raw
-    `calibration`."""
+    `calibration`; `abstention`: a model's thresholds (`Settings.abstention`), the scores with them
+    applied as `abstained` beside the raw ones (rows keep raw values: `pipkie.eval.abstention`)."""
     scores = Scores()
     for r in rows:
         scores.add_document(r["pred"], r["gold"], keys)
@@ -81,6 +88,11 @@ def summarize(
     )
     if confidence_map is not None:
         out["calibrated"] = dict(calibration(calibrated_pairs(pairs, confidence_map)), map=confidence_map)
+    if abstention is not None:
+        withheld = Scores()
+        for r in withhold_rows(rows, thresholds(abstention)):
+            withheld.add_document(r["pred"], r["gold"], keys)
+        out["abstained"] = dict(withheld.summary(), map=abstention)
     if groups:
         out["items"] = {}
         for name, fields in groups.items():
@@ -230,7 +242,13 @@ def evaluate(
             out.close()
     rows = [done[d.id] for d in docs]
     result = dict(
-        summarize(rows, schema.names, {g.name: g.names for g in schema.groups}, settings.confidence_calibration),
+        summarize(
+            rows,
+            schema.names,
+            {g.name: g.names for g in schema.groups},
+            settings.confidence_calibration,
+            settings.abstention,
+        ),
         sec_per_doc=sum(r["seconds"] for r in rows) / len(rows),
         decode=decode,
         model=str(model_path),
@@ -283,6 +301,12 @@ def format_table(result: dict) -> str:
     if result["per_key"]:
         lines.append(f"{'all':<12}{100 * result['anls']:>8.1f}{'':>8}{100 * result['f1']:>8.1f}{nospace(result)}")
         lines.append("(ANLS ns: ANLS ignoring whitespace, pipkie.eval.metrics)")
+    if "abstained" in result:
+        a, ts = result["abstained"], result["abstained"]["map"]["thresholds"]
+        lines.append(
+            f"with the model's abstention ({', '.join(f'{k} < {t:.2f}' for k, t in ts.items()) or 'no threshold'}): "
+            f"ANLS {100 * a['anls']:.1f}, F1 {100 * a['f1']:.1f}"
+        )
     for name, s in result.get("items", {}).items():
         lines.append(
             f"{name}: item P {100 * s['precision']:.1f} R {100 * s['recall']:.1f} F1 {100 * s['f1']:.1f} "

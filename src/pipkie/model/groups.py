@@ -2,7 +2,8 @@
 
 A `Group` of the schema (`pipkie.schema`, e.g. `items[name, quantity, price]`) becomes K *group
 blocks* after the flat fields, one per item, K = `items_budget` (the schema's `maxItems`, else
-`DEFAULT_ITEMS` or fewer, as many as fit in `ITEMS_SHARE` of the context). Group i (from 0) holds
+`DEFAULT_ITEMS` or fewer, as many as fit in `ITEMS_SHARE` of the context; at decoding, at most the
+document's lines + 1: `within_lines`). Group i (from 0) holds
 every field of item i, each with its own header that names the item's number (from 1) and the
 field, then the field's slots:
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pipkie.model.attention import GROUP_BLOCK  # block ids above it are group blocks
 from pipkie.schema import Group, Key, KeySchema
@@ -104,6 +105,22 @@ def items_budgets(builder, schema: KeySchema) -> list[int]:
             out.append(k)
         cache[ck] = out
     return cache[ck]
+
+
+def within_lines(builder, schema: KeySchema, text: str) -> KeySchema:
+    """`schema` with each list's K cut to the document's number of lines + 1: a list's items are
+    lines of the document, so a receipt of 6 lines never needs 24 groups, and the pass pays for the
+    groups it can use (the one over is the "no more items" group, so a list that fills its K groups
+    still means K was too small). Applied to every decoder by `Decoder.__call__`; the schema as given
+    when nothing changes."""
+    if not schema.groups:
+        return schema
+    n = text.count("\n") + 2
+    ks = items_budgets(builder, schema)
+    if all(k <= n for k in ks):
+        return schema
+    groups = tuple(replace(g, max_items=min(k, n)) for g, k in zip(schema.groups, ks))
+    return replace(schema, groups=groups)
 
 
 def template_length(builder, schema: KeySchema) -> int:
