@@ -66,7 +66,8 @@ def test_shorthand_json_schema_and_pydantic_agree(tmp_path):
         ("items[name[x]]", "not a list"),
         ("items[name,name]", "twice"),
         ("items,items[name]", "twice"),
-        ("items[to:tal]", "characters other"),
+        ("items[to:tal]", "unknown value type .tal."),  # a field "to" of type "tal"
+        ("items[to;tal]", "characters other"),
         ({"properties": {"items": {"type": "array"}}}, "needs 'items'"),
         (
             {

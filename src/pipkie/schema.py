@@ -16,9 +16,9 @@ in one pass like the flat keys (`pipkie.model.groups`). It comes from a JSON-sch
 template has room for (None: the template builder's default, `pipkie.model.groups.items_budget`). One
 level only: an item's fields are strings.
 
-A flat key may have a value type (`Key.type`: date, time, money, phone; `"date:date"` in the
-shorthand, JSON schema's `"format": "date"` or `"x-type": "money"`): decoding then answers a value of
-that type or `unknown` (`pipkie.decoding.types`).
+A key, flat or an item's field, may have a value type (`Key.type`: date, time, money, phone;
+`"date:date"` or `"items[name,price:money]"` in the shorthand, JSON schema's `"format": "date"` or
+`"x-type": "money"`): decoding then answers a value of that type or `unknown` (`pipkie.decoding.types`).
 """
 
 from __future__ import annotations
@@ -189,11 +189,8 @@ class KeySchema:
                 groups.append(n)
             elif isinstance(n, str) and ("[" in n or "]" in n):
                 groups.append(parse_group(n))
-            elif isinstance(n, str) and ":" in n:  # "date:date": a typed key (`Key.type`)
-                name, _, kind = n.rpartition(":")
-                keys.append(Key(name, type=kind.strip()))
             elif isinstance(n, str):
-                keys.append(Key(n))
+                keys.append(named_key(n))
             else:
                 raise SchemaError(f"a key must be a string, got {type(n).__name__}")
         return cls(tuple(keys), tuple(groups))
@@ -317,4 +314,12 @@ def parse_group(spec: str) -> Group:
     fields = [f.strip() for f in m.group(2).split(",")]
     if not any(fields):
         raise SchemaError(f"list {m.group(1)!r} has no fields: give them as {m.group(1)}[name,price]")
-    return Group(m.group(1), tuple(Key(f) for f in fields))
+    return Group(m.group(1), tuple(named_key(f) for f in fields))
+
+
+def named_key(spec: str) -> Key:
+    """ "total" -> Key("total"); "date:date" -> a typed key (`Key.type`), flat or an item's field."""
+    if ":" in spec:
+        name, _, kind = spec.rpartition(":")
+        return Key(name, type=kind.strip())
+    return Key(spec)

@@ -176,7 +176,7 @@ def predict_slots(
                 spans.append((total, f.length, place, gate, placer))
             if f.type is not None:
                 lines = stream_lines(stream) if lines is None else lines
-                typed.append((total, f.length, f.type, p_start, stream_ids, lines))
+                typed.append((total, f.length, f.type, p_start, stream_ids, lines, f.group is not None))
             need.append(torch.arange(total, total + n))
             total += f.length
     chosen = choose(model, slot_hidden[torch.cat(need)], [(n, span, p, g, past) for _, n, span, p, g, past in fields])
@@ -189,22 +189,27 @@ def predict_slots(
         j += n
     for i, k, place, gate, placer in spans:
         placer.write_span(toks, conf, i, k, place, gate, builder.end_id)
-    for i, k, kind, p_start, stream_ids, lines in typed:
-        retype(builder, toks, conf, i, k, kind, p_start, stream_ids, lines)
+    for i, k, kind, p_start, stream_ids, lines, in_list in typed:
+        retype(builder, toks, conf, i, k, kind, p_start, stream_ids, lines, in_list)
     return conf, toks
 
 
-def retype(builder, toks, conf, i: int, k: int, kind: str, p_start, stream_ids, lines) -> bool:
+def retype(builder, toks, conf, i: int, k: int, kind: str, p_start, stream_ids, lines, in_list: bool = False) -> bool:
     """A typed field's k slots from i (in place): a value not of its type becomes the copy head's
-    likeliest start where one begins (`decoding.types.typed_start`), or `unknown` when none of its
-    top starts has one; the confidence is that start's probability (`items.put_copied`). True when
-    the slots changed."""
+    likeliest start where one begins (`decoding.types.typed_start`; a list's field searches only
+    where `decoding.items` let it start: its item's line), or `unknown` when none of its top starts
+    has one; the confidence is that start's probability (`items.put_copied`). A list's field writes
+    `unknown` out (an empty column), since `<|pip_end|>` in a first field would end the list. True
+    when the slots changed."""
     value = builder.decode_value(toks[i : i + k].tolist())
     if value is None or is_typed(kind, value):
         return False
     found = typed_start(kind, builder.tok.decode, stream_ids, lines, p_start)
     if found is None:  # unknown, as sure as the copy head was that no start is the value's
         toks[i : i + k] = builder.end_id
+        if in_list:
+            unknown = builder.value_ids(None, k - 1)
+            toks[i : i + len(unknown)] = torch.tensor(unknown, dtype=toks.dtype)
         conf[i : i + k] = 1.0 - float(p_start.max()) if len(p_start) else 1.0
         return True
     m, n, prob = found

@@ -1,7 +1,8 @@
 """Typed keys: a value that must be a date, a time, an amount or a phone number.
 
-A key may say what kind of value it wants (`Key.type`: `date:date` in the shorthand, JSON schema's
-`"format": "date"`, pydantic's `datetime.date`). The type is not written into the template (the
+A key (flat, or a list's field: `items[name,price:money]`) may say what kind of value it wants
+(`Key.type`: `date:date` in the shorthand, JSON schema's `"format": "date"`, pydantic's
+`datetime.date`). The type is not written into the template (the
 model was not trained with it): it constrains decoding, in the same pass.
 
 - PIP (`typed_start`): when the decoded value is not of its type, the copy head's start
@@ -75,12 +76,24 @@ def reject(kind: str | None, value: str | None) -> str | None:
 
 def reject_untyped(pred: dict, schema) -> dict:
     """A decoder's results for one document with every typed key's value that is not of its type
-    made unknown (what `Decoder.__call__` does last, after snapping, for every decoder)."""
+    made unknown, a list's typed fields item by item (what `Decoder.__call__` does last, after
+    snapping, for every decoder)."""
+
+    def checked(r, kind):
+        if kind and r is not None and r.value is not None and reject(kind, r.value) is None:
+            return replace(r, value=None, truncated=False)
+        return r
+
     out = dict(pred)
     for k in schema:
-        r = out.get(k.name)
-        if k.type and r is not None and r.value is not None and reject(k.type, r.value) is None:
-            out[k.name] = replace(r, value=None, truncated=False)
+        if k.name in out:
+            out[k.name] = checked(out[k.name], k.type)
+    for g in schema.groups:
+        typed = {f.name: f.type for f in g.fields if f.type}
+        lst = out.get(g.name)
+        if typed and lst is not None:
+            items = [{n: checked(r, typed.get(n)) for n, r in it.items()} for it in lst.items]
+            out[g.name] = replace(lst, items=items)
     return out
 
 
@@ -96,6 +109,8 @@ def typed_start(
 
     pattern = VALUE_TYPES[kind]
     for m in p_start.topk(min(TOP_STARTS, len(p_start))).indices.tolist():
+        if p_start[m] <= 0:  # a start ruled out (a list's field off its item's line: `decoding.items`)
+            break
         rest = stream_ids[m : line_end(lines, m)].tolist()
         text = decode(rest)
         lead = len(text) - len(text.lstrip())

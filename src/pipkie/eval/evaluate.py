@@ -125,6 +125,12 @@ def rescore(pred_path: str | Path, keys: list[str] | None = None) -> dict:
     return summarize(rows, [k for k in keys or list(rows[0]["gold"]) if k not in groups], groups)
 
 
+def _key_print(k, budget: int) -> list:
+    """A key in the run's fingerprint: name, description, slots and (only when it has one) its type,
+    so that fingerprints of untyped keys stay what they were before types."""
+    return [k.name, k.description, budget, *([k.type] if k.type else [])]
+
+
 def evaluate(
     *,
     dataset: str,
@@ -179,7 +185,7 @@ def evaluate(
         log(f"warning: {w}")
     fingerprint = run_fingerprint(
         model=model_id,
-        keys=[[k.name, k.description, builder.budget(k), *([k.type] if k.type else [])] for k in schema],
+        keys=[_key_print(k, builder.budget(k)) for k in schema],
         decode=decode,
         refine_steps=refine_steps,
         ocr=ocr,
@@ -192,7 +198,7 @@ def evaluate(
         **(
             {
                 "lists": [
-                    [g.name, n, [[k.name, k.description, item_budget(builder, g, k)] for k in g.fields]]
+                    [g.name, n, [_key_print(k, item_budget(builder, g, k)) for k in g.fields]]
                     for g, n in zip(schema.groups, items_budgets(builder, schema))
                 ],
                 "placement": ITEM_RULES,  # how a list's fields are read off the copy head (decoding.items)

@@ -21,7 +21,7 @@ class FieldSlots:
     group: str | None = None  # the list (Group) a field of an item belongs to
     item: int = -1  # its item, from 0
     field: str | None = None  # its field's name
-    type: str | None = None  # a flat key's value type (`Key.type`, `pipkie.decoding.types`)
+    type: str | None = None  # the key's value type, flat or an item's field (`Key.type`, `decoding.types`)
 
     @property
     def may_be_absent(self) -> bool:

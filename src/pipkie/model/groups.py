@@ -153,7 +153,13 @@ def pip_groups(builder, schema: KeySchema, values=None, offset: int = 0):
                 h, b = builder.cached_ids(header_text(g, i, key)), field_budget(builder, g, key)
                 slots.append(
                     FieldSlots(
-                        f"{g.name}[{i}].{key.name}", offset + len(ids) + len(h), b, group=g.name, item=i, field=key.name
+                        f"{g.name}[{i}].{key.name}",
+                        offset + len(ids) + len(h),
+                        b,
+                        type=key.type,
+                        group=g.name,
+                        item=i,
+                        field=key.name,
                     )
                 )
                 ids += h + [builder.slot_input(j) for j in range(b)]
