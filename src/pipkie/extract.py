@@ -87,10 +87,9 @@ class Extraction:
         if not self.lists_truncated:  # flat results keep their JSON as it was
             d.pop("lists_truncated")
         for f in d["fields"].values():  # and so do fields nothing was withheld from (decoding.abstain)
-            for x in f if isinstance(f, list) else [{"": f}]:
-                for y in x.values():
-                    if y.get("withheld") is None:
-                        y.pop("withheld", None)
+            for out in [v for item in f for v in item.values()] if isinstance(f, list) else [f]:
+                if out.get("withheld") is None:
+                    out.pop("withheld", None)
         return d
 
     def to_json(self, **kw) -> str:

@@ -30,13 +30,18 @@ from pipkie.eval.metrics import anls_score, values
 GRID = (0.0, *(round(0.3 + 0.05 * i, 2) for i in range(14)))  # 0, 0.30, 0.35, ..., 0.95
 
 
+def _withheld(row: dict, key: str, t: float) -> bool:
+    """The row answers `key` with a value of raw confidence below `t`."""
+    return bool(values(row["pred"].get(key))) and float(row["confidence"].get(key, 1.0)) < t
+
+
 def withhold_rows(rows: list[dict], thresholds: dict[str, float]) -> list[dict]:
     """Rows with each value whose confidence is below its key's threshold answered `unknown`."""
     out = []
     for r in rows:
         pred = dict(r["pred"])
         for k, t in thresholds.items():
-            if values(pred.get(k)) and float(r["confidence"].get(k, 1.0)) < t:
+            if _withheld(r, k, t):
                 pred[k] = None
         out.append({**r, "pred": pred})
     return out
@@ -44,12 +49,7 @@ def withhold_rows(rows: list[dict], thresholds: dict[str, float]) -> list[dict]:
 
 def _gain(rows: list[dict], key: str, t: float) -> float:
     """Summed ANLS of `key` over `rows` with values below `t` withheld."""
-    total = 0.0
-    for r in rows:
-        pred, gold = r["pred"].get(key), r["gold"].get(key)
-        withheld = values(pred) and float(r["confidence"].get(key, 1.0)) < t
-        total += anls_score(None if withheld else pred, gold)
-    return total
+    return sum(anls_score(None if _withheld(r, key, t) else r["pred"].get(key), r["gold"].get(key)) for r in rows)
 
 
 def fit_thresholds(rows: list[dict], keys: list[str]) -> dict[str, float]:
