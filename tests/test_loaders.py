@@ -189,6 +189,42 @@ def test_corrupt_and_oversized_pdfs(no_ocr, tmp_path):
         load_document(pdf, filename="two.pdf", max_pages=1)
 
 
+PDF_RACE = """
+import sys, threading
+sys.path.insert(0, {root!r})
+from tests.test_loaders import make_text_pdf
+from pipkie.io.loaders import load_document
+from pipkie.io.pdf import render_pdf_page
+
+pdf = make_text_pdf([[(72, 700, 24, f"PAGE {{i}} TOTAL 9.90")] for i in range(4)])
+words = load_document(pdf, filename="x.pdf").words
+
+def work():
+    for j in range(40):
+        render_pdf_page(pdf, j % 4, dpi=60)
+        assert load_document(pdf, filename="x.pdf").words == words
+
+threads = [threading.Thread(target=work) for _ in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print("survived")
+"""
+
+
+def test_pdfs_read_and_rendered_on_many_threads_at_once():
+    """PDFium is not thread-safe (pipkie.io.pdf.PDFIUM): without the lock this process dies of a
+    double free or a segmentation fault (4 runs of 4), as the service did under concurrent PDF
+    requests. In a subprocess, so that a crash fails this test and not the whole run."""
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parents[1])
+    run = subprocess.run(
+        [sys.executable, "-c", PDF_RACE.format(root=root)], capture_output=True, text=True, timeout=600, cwd=root
+    )
+    assert run.returncode == 0 and "survived" in run.stdout, (run.returncode, run.stderr[-2000:])
+
+
 def test_other_bad_inputs(tmp_path):
     with pytest.raises(DocumentError, match="missing.pdf: cannot read file"):
         load_document(tmp_path / "missing.pdf")

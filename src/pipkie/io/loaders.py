@@ -58,7 +58,7 @@ from pipkie.io.ocr import (
     load_image,
     to_words,
 )
-from pipkie.io.pdf import MAX_RENDER_SIDE, pdf_text_words
+from pipkie.io.pdf import MAX_RENDER_SIDE, PDFIUM, pdf_text_words, render_page
 
 Source = Union[str, Path, bytes, None]
 
@@ -236,29 +236,37 @@ def _load_pdf(
 ) -> Document:
     import pypdfium2 as pdfium
 
+    with PDFIUM:  # pdfium is not thread-safe (pipkie.io.pdf); the OCR of a page runs outside the lock
+        try:
+            pdf = pdfium.PdfDocument(data)
+        except pdfium.PdfiumError as e:
+            raise DocumentError(name, "not a readable PDF", detail=str(e)) from e
     try:
-        pdf = pdfium.PdfDocument(data)
-    except pdfium.PdfiumError as e:
-        raise DocumentError(name, "not a readable PDF", detail=str(e)) from e
-    try:
-        _check_pages(len(pdf), limits["max_pages"], name)
+        with PDFIUM:
+            n_pages = len(pdf)
+        _check_pages(n_pages, limits["max_pages"], name)
         words: list[Word] = []
         sizes: list[tuple[int, int]] = []
-        for i in range(len(pdf)):
+        for i in range(n_pages):
             _check_cancel(limits["cancel"])
-            page = pdf[i]
-            w_pt, h_pt = page.get_size()
-            scale = min(dpi / 72, MAX_RENDER_SIDE / max(w_pt, h_pt, 1))  # at most MAX_RENDER_SIDE² pixels
-            sizes.append((max(1, round(w_pt * scale)), max(1, round(h_pt * scale))))
-            page_words = pdf_text_words(page, i) if pdf_text else []
-            if not page_words:
-                image = page.render(scale=scale).to_pil()
+            with PDFIUM:
+                page = pdf[i]
+                try:
+                    w_pt, h_pt = page.get_size()
+                    scale = min(dpi / 72, MAX_RENDER_SIDE / max(w_pt, h_pt, 1))  # at most MAX_RENDER_SIDE² pixels
+                    sizes.append((max(1, round(w_pt * scale)), max(1, round(h_pt * scale))))
+                    page_words = pdf_text_words(page, i) if pdf_text else []
+                    image = None if page_words else render_page(page, scale)
+                finally:
+                    page.close()
+            if image is not None:
                 page_words = to_words(get_engine(ocr, threads)(image), image.size, i)
             words += page_words
             _check_words(len(words), limits["max_words"], name)
         return Document(id=doc_id, words=words, page_sizes=sizes)
     finally:
-        pdf.close()
+        with PDFIUM:
+            pdf.close()
 
 
 def _load_textual(data: bytes, doc_id: str, path: Path | None, name: str, kind: str, limits: dict) -> Document:

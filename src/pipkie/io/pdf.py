@@ -2,10 +2,18 @@
 
 `pipkie.io.loaders` reads a born-digital PDF's text layer (`pdf_text_words`) and OCRs the pages
 that have none; `pipkie.io.grounding` draws boxes on `render_pdf_page`.
+
+PDFium is not thread-safe, not even on different documents (pypdfium2's docs: two calls at once
+"would crash or corrupt the process"), and the service reads and renders PDFs on several threads at
+once. So every pdfium call in pipkie holds `PDFIUM`, and every pdfium object (document, page, text
+page, bitmap) is closed explicitly while it is held: left to the garbage collector, its close would
+run on whichever thread collects it, outside the lock. Work that is not pdfium's (OCR of a rendered
+page) runs outside it.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from PIL import Image
@@ -13,11 +21,23 @@ from PIL import Image
 from pipkie.io.document import Word, normalize_box
 
 MAX_RENDER_SIDE = 4000  # pixels; a huge PDF page is rendered at a lower dpi rather than exhaust memory
+PDFIUM = threading.RLock()  # held by every pdfium call (see the module docstring)
+
+
+def render_page(page, scale: float) -> Image.Image:
+    """`page` rendered at `scale` as an RGB PIL image of its own (the bitmap is closed; call with
+    `PDFIUM` held)."""
+    bitmap = page.render(scale=scale)
+    try:
+        return bitmap.to_pil().convert("RGB")  # a copy: the bitmap's buffer is freed below
+    finally:
+        bitmap.close()
 
 
 def pdf_text_words(page, page_index: int = 0) -> list[Word]:
     """Words of a pypdfium2 page's text layer (chars split at whitespace, gaps and line jumps), with
-    0-1000 boxes on the page as displayed (its /Rotate and crop box applied, as when rendered)."""
+    0-1000 boxes on the page as displayed (its /Rotate and crop box applied, as when rendered); call
+    with `PDFIUM` held."""
     import pypdfium2.raw as raw
 
     width, height = page.get_size()  # as displayed, i.e. after rotation
@@ -79,11 +99,15 @@ def render_pdf_page(
     """A PDF page as a PIL image, at `size` pixels (e.g. the Document's page_sizes[page]) or at `dpi`."""
     import pypdfium2 as pdfium
 
-    pdf = pdfium.PdfDocument(source if isinstance(source, bytes) else str(source))
-    try:
-        p = pdf[page]
-        w_pt, _ = p.get_size()
-        scale = size[0] / w_pt if size else min(dpi / 72, MAX_RENDER_SIDE / max(p.get_size()))
-        return p.render(scale=scale).to_pil().convert("RGB")
-    finally:
-        pdf.close()
+    with PDFIUM:
+        pdf = pdfium.PdfDocument(source if isinstance(source, bytes) else str(source))
+        try:
+            p = pdf[page]
+            try:
+                w_pt, _ = p.get_size()
+                scale = size[0] / w_pt if size else min(dpi / 72, MAX_RENDER_SIDE / max(p.get_size()))
+                return render_page(p, scale)
+            finally:
+                p.close()
+        finally:
+            pdf.close()

@@ -26,6 +26,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from pipkie.io.loaders import DocumentError, LimitExceeded, load_document, sniff
 from pipkie.io.ocr import ImageTooLarge, OCRError, check_pixels, load_image
+from pipkie.io.pdf import PDFIUM, render_page
 from pipkie.serve.errors import ApiError
 from pipkie.serve.parsing import (
     ENVELOPE_BYTES,
@@ -157,17 +158,20 @@ def _image_page(upload: Upload, settings: ServeSettings) -> tuple[Image.Image, i
 def _pdf_page(upload: Upload, settings: ServeSettings) -> tuple[Image.Image, int]:
     import pypdfium2 as pdfium
 
-    try:
-        pdf = pdfium.PdfDocument(upload.data)
-    except pdfium.PdfiumError:
-        raise DocumentError(upload.name, "not a readable PDF") from None
-    try:
-        _check_page(upload, len(pdf), settings)
-        page = pdf[upload.page]
-        scale = RENDER_SIDE / max(*page.get_size(), 1)
-        return page.render(scale=scale).to_pil().convert("RGB"), len(pdf)
-    finally:
-        pdf.close()
+    with PDFIUM:  # pdfium is not thread-safe, and requests are served on several threads (pipkie.io.pdf)
+        try:
+            pdf = pdfium.PdfDocument(upload.data)
+        except pdfium.PdfiumError:
+            raise DocumentError(upload.name, "not a readable PDF") from None
+        try:
+            _check_page(upload, len(pdf), settings)
+            page = pdf[upload.page]
+            try:
+                return render_page(page, RENDER_SIDE / max(*page.get_size(), 1)), len(pdf)
+            finally:
+                page.close()
+        finally:
+            pdf.close()
 
 
 def _words_page(upload: Upload, settings: ServeSettings) -> tuple[Image.Image, int]:
