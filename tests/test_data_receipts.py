@@ -73,3 +73,25 @@ def test_money_and_dates_follow_the_locale():
     assert L.format_date(date(2016, 12, 30), "{dd}.{mm}.{y}", rng) == "30.12.16"
     assert L.format_date(date(2016, 12, 30), "{d} {b} {Y}", rng).lower() == "30 dec 2016"
     assert len(L.phone(us, rng)) >= 12
+
+
+def test_rules_is_the_share_of_receipts_printed_with_dashed_rules():
+    """`rules` < 1 leaves the dashed rule lines off some receipts (WildReceipt's transcriptions have
+    none); their fields and items are the same; at 1 the receipts are those of the default."""
+    import pytest
+
+    ruled = lambda docs: [any(set(line) == {"-"} for line in serialize(d).split("\n")) for d in docs]  # noqa: E731
+    default = list(generate_world_receipts(30, seed=2, render=False))
+    assert all(ruled(default))
+    assert [serialize(d) for d in generate_world_receipts(30, seed=2, render=False, rules=1.0)] == [
+        serialize(d) for d in default
+    ]
+    some = list(generate_world_receipts(30, seed=2, render=False, rules=0.3))
+    assert 3 <= sum(ruled(some)) <= 18
+    bare = list(generate_world_receipts(30, seed=2, render=False, rules=0.0))
+    assert not any(ruled(bare))
+    assert [d.items({"name": "items.name", "price": "items.price"}) for d in bare] == [
+        d.items({"name": "items.name", "price": "items.price"}) for d in some
+    ]  # the same receipts, ruled or not
+    with pytest.raises(ValueError, match="rules must be a share between 0 and 1"):
+        list(generate_world_receipts(1, render=False, rules=1.5))

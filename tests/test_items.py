@@ -165,6 +165,57 @@ def test_ar_answer_writes_items_and_the_stop(tokenizer):
     )
 
 
+def test_first_item_headers_name_the_item_once(tokenizer):
+    """item_headers="first": an item's later fields are headed by their name alone; the slots, their
+    targets and blocks are those of "each", and the template is shorter by the item headers saved."""
+    each = TemplateBuilder(tokenizer, max_length=256, default_budget=4, field_blocks=True)
+    first = TemplateBuilder(
+        tokenizer, max_length=256, default_budget=4, field_blocks=True, item_headers="first", item_budgets={"name": 3}
+    )
+    values = {"total": "15/5", "items": ITEMS}
+    a, b = each.pip(DOC, SCHEMA, values), first.pip(DOC, SCHEMA, values)
+    for f in b.fields[1:]:
+        head = f"\nitems {f.item + 1} {f.field}:" if f.field == "name" else f" {f.field}:"
+        assert tokenizer.decode(b.input_ids[f.start - len(first.cached_ids(head)) : f.start]) == head
+        assert f.length == {"name": 3, "price": 5}[f.field]  # item_budgets by name; price keeps its own
+    assert [first.decode_value(b.targets[f.start : f.start + f.length]) for f in b.fields[1:]] == [
+        "berry", "3/1", "cedar", None, None, None,
+    ]  # fmt: skip
+    saved = sum(len(each.cached_ids(f"\nitems {i} price:")) - len(first.cached_ids(" price:")) for i in (1, 2, 3))
+    assert len(a.input_ids) - len(b.input_ids) == saved + 3 * (16 - 3)  # headers + the name slots
+    assert first.template_length(SCHEMA) == len(b.input_ids) - b.prefix_len
+    with pytest.raises(ValueError, match="item_headers must be one of each, first"):
+        TemplateBuilder(tokenizer, item_headers="every")
+
+
+def test_first_item_headers_ar_answer_parses_back(tokenizer):
+    """The AR baseline writes "first" headers the same way, and its free answer is read back."""
+    from pipkie.decoding.ar import parse_free_answer
+
+    b = TemplateBuilder(tokenizer, max_length=256, default_budget=6, item_headers="first")
+    enc = b.ar(DOC, SCHEMA, {"total": "15/5", "items": ITEMS})
+    answer = enc.input_ids[enc.prefix_len :]
+    assert tokenizer.decode(answer).replace(" ", "") == (
+        "\ntotal:15/5<|pip_end|>\nitems1name:berry<|pip_end|>price:3/1<|pip_end|>"
+        "\nitems2name:cedar<|pip_end|>price:unknown<|pip_end|>\nitems3name:<|pip_end|>" + tokenizer.eos_token
+    )
+    assert len(answer) <= b.ar_reserved(SCHEMA)
+    out = parse_free_answer(b, answer, [0.5] * len(answer), ["total"], SCHEMA)
+    assert out["total"].value == "15/5" and not out["items"].truncated
+    assert out["items"].value == ITEMS
+    stray = tokenizer(" price: 9/9<|pip_end|>\ntotal: 1/1<|pip_end|>", add_special_tokens=False)["input_ids"]
+    assert parse_free_answer(b, stray, [0.5] * len(stray), ["total"], SCHEMA)["items"].value == []  # no item yet
+
+
+def test_item_headers_are_a_saved_setting(tmp_path, tokenizer):
+    from pipkie.model.modeling import Settings, builder_for
+
+    Settings(item_headers="first", item_budgets={"name": 10}).save(tmp_path)
+    b = builder_for(tokenizer, Settings.load(tmp_path))
+    assert (b.item_headers, b.item_budgets) == ("first", {"name": 10})
+    assert builder_for(tokenizer, Settings()).item_headers == "each"  # models up to round 5
+
+
 # ---- attention ---------------------------------------------------------------------------------
 def test_group_attention_sees_document_itself_and_previous_group_only(tokenizer):
     """Packed after one document: a flat template, then two item templates. Item i attends to the

@@ -149,6 +149,33 @@ def test_flat_mixture_batches_are_those_of_the_code_before_lists(objective, shar
     assert digest == FLAT_BATCHES[objective]
 
 
+def test_item_budgets_set_a_list_fields_base_slots(tokenizer):
+    """`item_budgets` (TrainConfig, by canonical field) is each item field's base: its slots are the
+    base or 1.5 times it, and at least its longest value + 1; the model saves them for every alias."""
+    from pipkie.train.keys import item_alias_budgets
+
+    b = TemplateBuilder(tokenizer, max_length=2048, default_budget=8)
+    value_len = lambda v: len(b._ids(" " + v))  # noqa: E731
+    base = {"name": 12, "quantity": 4, "unit_price": 8, "price": 8}
+    rng, source, seen = random.Random(1), Source("world_receipts", 1.0), set()
+    for doc in generate_world_receipts(12, seed=5, render=False):
+        room, lines = b.document_room(len(b.document_ids(serialize(doc)))), document_items(doc)
+        for schema, values in templates(
+            source, doc, rng, 3, value_len=value_len, items=1.0, item_room=room, item_budgets=base, **KW
+        ):
+            (g,) = schema.groups
+            for key in g.fields:  # the canonical fields whose column this is (two empty ones are alike)
+                column = [it[key.name] for it in values[g.name]]
+                canons = [c for c in base if column == [x.get(c) for x in lines]]
+                longest = max([value_len(v) + 1 for v in column if v], default=0)
+                assert key.max_tokens >= longest
+                assert any(key.max_tokens in (base[c], int(base[c] * 1.5), longest) for c in canons), (key, canons)
+                seen.update((c, key.max_tokens) for c in canons)
+    assert ("name", 12) in seen and ("price", 8) in seen  # the base itself is drawn (names 16 before)
+    saved = item_alias_budgets(base)
+    assert saved["qty"] == saved["quantity"] == 4 and saved["line total"] == 8 and saved["product name"] == 12
+
+
 @pytest.mark.filterwarnings("ignore:document has")
 def test_item_share_puts_group_blocks_in_both_objectives_batches(shared_data, monkeypatch, tmp_path):
     from pipkie.train import finetune as ft

@@ -37,13 +37,14 @@ def _generators() -> dict[str, Callable[..., Iterator[Document]]]:
 GENERATED = ("world_receipts", "invoices", "forms", "receipts_my")
 
 
-def generate(kind: str, i: int, seed: int, noise: float = 0.0) -> Document:
-    """Document `i` of generator `kind` (it depends only on kind, seed and i), without an image."""
+def generate(kind: str, i: int, seed: int, noise: float = 0.0, rules: float = 1.0) -> Document:
+    """Document `i` of generator `kind` (it depends only on kind, seed and i), without an image;
+    `rules`: the share printed with dashed rule lines (`pipkie.data.layout.lay_out`)."""
     try:
         make = _generators()[kind]
     except KeyError:
         raise ValueError(f"unknown generator {kind!r}; choose one of: {', '.join(GENERATED)}") from None
-    return next(iter(make(i + 1, seed=seed, render=False, noise=noise, start=i)))
+    return next(iter(make(i + 1, seed=seed, render=False, noise=noise, start=i, rules=rules)))
 
 
 def read_generated(

@@ -73,81 +73,75 @@ def lay_out(
     skew: float = 0.0,
     id_prefix: str = "doc",
     start: int = 0,
+    rules: float = 1.0,
 ) -> Iterator[Document]:
     """Documents start..n-1 of `build` (a generator; wrap in list()). Raises ValueError at once (not
-    on the first draw) when `render=True` has no `out_dir` to write the PNG images to."""
+    on the first draw) when `render=True` has no `out_dir` to write the PNG images to. `rules`: the
+    share of documents printed with their dashed rule lines (else `rule` is "" and `build` draws
+    none: WildReceipt's transcriptions have no such line, and a model that learnt "the items are
+    between the rules" takes a receipt's header and TOTAL lines for items there); at 1.0 no draw
+    changes."""
+    if not 0.0 <= rules <= 1.0:
+        raise ValueError(f"rules must be a share between 0 and 1 (got {rules})")
     if render and out_dir is None:
         raise ValueError("render=True needs out_dir (where the PNG images are written); or pass render=False")
     if render:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return _documents(
-        build,
-        n,
-        seed,
-        kind,
-        fonts,
-        widths,
-        out_dir,
-        render,
-        layout_variety,
-        missing_prob,
-        noise,
-        skew,
-        id_prefix,
-        start,
-    )
 
-
-def _documents(
-    build, n, seed, kind, fonts, widths, out_dir, render, layout_variety, missing_prob, noise, skew, id_prefix, start
-) -> Iterator[Document]:
-    fake = Faker("en_MS")
-    for i in range(start, n):
-        rng = random.Random(f"pipkie-{kind}-{seed}-{i}")
-        fake.seed_instance(rng.randrange(2**32))
-        font_name = rng.choice(fonts) if layout_variety else fonts[0]
-        size = rng.randint(15, 22) if layout_variety else 18
-        width = rng.choice(widths) if layout_variety else widths[1]
-        font, margin = load_font(font_name, size), rng.randint(12, 40) if layout_variety else 24
-        text_w = width - 2 * margin
-        fit = lambda t, frac=1.0: wrap(t, font, text_w * frac) or [t]  # noqa: E731
-        rule = "-" * int(text_w * rng.uniform(0.6, 1.0) / font.getlength("-"))
-        rows, fields = build(rng, fake, fit, rule, missing_prob, layout_variety)
-        line_h = size * (rng.uniform(1.2, 1.6) if layout_variety else 1.4)
-        segments, y = [], float(margin)
-        for row in rows:
-            if row is None:
-                y += line_h * 0.6
-                continue
-            for text, pos, align, *_ in row:
-                w = font.getlength(text)
-                x = margin + pos * text_w - (0 if align == "l" else w if align == "r" else w / 2)
-                segments.append((text, max(2.0, x), y))
-            y += line_h
-        height = int(y + margin)
-        angle = rng.uniform(-skew, skew) if skew else 0.0
-        c, s = math.cos(math.radians(angle)), math.sin(math.radians(angle))
-        w2, h2 = math.ceil(abs(width * c) + abs(height * s)), math.ceil(abs(width * s) + abs(height * c))
-        cx, cy, cx2, cy2 = width / 2, height / 2, w2 / 2, h2 / 2
-        rotate = lambda x, y: (cx2 + (x - cx) * c + (y - cy) * s, cy2 - (x - cx) * s + (y - cy) * c)  # noqa: E731
-        words = []
-        for text, x, y in segments:
-            l, t, r, b = font.getbbox(text)
-            corners = [rotate(px, py) for px in (x + l, x + r) for py in (y + t, y + b)]
-            shown = ocr_noise(text, rng, noise) if noise else text
-            words.append(Word(shown, normalize_box([v for pt in corners for v in pt], w2, h2)))
-        doc_id = f"{id_prefix}-{seed}-{i:06d}"
-        images = []
-        if render:
-            bg, ink = rng.randint(225, 255), rng.randint(0, 60)
-            im = Image.new("L", (width, height), bg)
-            draw = ImageDraw.Draw(im)
+    def documents() -> Iterator[Document]:  # a generator: the checks above run at the call
+        fake = Faker("en_MS")
+        for i in range(start, n):
+            rng = random.Random(f"pipkie-{kind}-{seed}-{i}")
+            fake.seed_instance(rng.randrange(2**32))
+            font_name = rng.choice(fonts) if layout_variety else fonts[0]
+            size = rng.randint(15, 22) if layout_variety else 18
+            width = rng.choice(widths) if layout_variety else widths[1]
+            font, margin = load_font(font_name, size), rng.randint(12, 40) if layout_variety else 24
+            text_w = width - 2 * margin
+            fit = lambda t, frac=1.0: wrap(t, font, text_w * frac) or [t]  # noqa: E731
+            rule = "-" * int(text_w * rng.uniform(0.6, 1.0) / font.getlength("-"))
+            if rules < 1.0 and rng.random() >= rules:  # no draw at 1.0: documents as before
+                rule = ""
+            rows, fields = build(rng, fake, fit, rule, missing_prob, layout_variety)
+            line_h = size * (rng.uniform(1.2, 1.6) if layout_variety else 1.4)
+            segments, y = [], float(margin)
+            for row in rows:
+                if row is None:
+                    y += line_h * 0.6
+                    continue
+                for text, pos, align, *_ in row:
+                    w = font.getlength(text)
+                    x = margin + pos * text_w - (0 if align == "l" else w if align == "r" else w / 2)
+                    segments.append((text, max(2.0, x), y))
+                y += line_h
+            height = int(y + margin)
+            angle = rng.uniform(-skew, skew) if skew else 0.0
+            c, s = math.cos(math.radians(angle)), math.sin(math.radians(angle))
+            w2, h2 = math.ceil(abs(width * c) + abs(height * s)), math.ceil(abs(width * s) + abs(height * c))
+            cx, cy, cx2, cy2 = width / 2, height / 2, w2 / 2, h2 / 2
+            rotate = lambda x, y: (cx2 + (x - cx) * c + (y - cy) * s, cy2 - (x - cx) * s + (y - cy) * c)  # noqa: E731
+            words = []
             for text, x, y in segments:
-                draw.text((x, y), text, font=font, fill=ink)
-            if angle:
-                inverse = (c, -s, cx - c * cx2 + s * cy2, s, c, cy - s * cx2 - c * cy2)
-                im = im.transform((w2, h2), Image.Transform.AFFINE, inverse, Image.Resampling.BILINEAR, fillcolor=bg)
-            path = Path(out_dir) / f"{doc_id}.png"
-            im.save(path)
-            images = [str(path)]
-        yield Document(id=doc_id, words=words, page_sizes=[(w2, h2)], fields=fields, images=images)
+                l, t, r, b = font.getbbox(text)
+                corners = [rotate(px, py) for px in (x + l, x + r) for py in (y + t, y + b)]
+                shown = ocr_noise(text, rng, noise) if noise else text
+                words.append(Word(shown, normalize_box([v for pt in corners for v in pt], w2, h2)))
+            doc_id = f"{id_prefix}-{seed}-{i:06d}"
+            images = []
+            if render:
+                bg, ink = rng.randint(225, 255), rng.randint(0, 60)
+                im = Image.new("L", (width, height), bg)
+                draw = ImageDraw.Draw(im)
+                for text, x, y in segments:
+                    draw.text((x, y), text, font=font, fill=ink)
+                if angle:
+                    inverse = (c, -s, cx - c * cx2 + s * cy2, s, c, cy - s * cx2 - c * cy2)
+                    im = im.transform(
+                        (w2, h2), Image.Transform.AFFINE, inverse, Image.Resampling.BILINEAR, fillcolor=bg
+                    )
+                path = Path(out_dir) / f"{doc_id}.png"
+                im.save(path)
+                images = [str(path)]
+            yield Document(id=doc_id, words=words, page_sizes=[(w2, h2)], fields=fields, images=images)
+
+    return documents()

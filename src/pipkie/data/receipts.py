@@ -197,9 +197,11 @@ def _world_receipt(rng: random.Random, _fake, fit, rule: str, missing_prob: floa
         sheet.row(*r)
     if restaurant and rng.random() < 0.5:
         sheet.row((f"Table {rng.randint(1, 40)}", 0, "l"), (f"Guests {rng.randint(1, 6)}", 1, "r"))
-    sheet.row((rule, 0.5, "c"))
+    if rule:
+        sheet.row((rule, 0.5, "c"))
     subtotal = _items(sheet, rng, loc, cur, FOODS if restaurant else GOODS)
-    sheet.row((rule, 0.5, "c"))
+    if rule:
+        sheet.row((rule, 0.5, "c"))
     if rng.random() < 0.3:
         sheet.row((f"{sum(1 for _ in sheet.items)} {loc.label('items', rng)}", 0, "l"))
     m = lambda v, c=cur: L.money(v, loc, c if rng.random() < 0.5 else "")  # noqa: E731
@@ -330,6 +332,7 @@ def generate_world_receipts(
     skew: float = 0.0,
     id_prefix: str = "world-receipt",
     start: int = 0,
+    rules: float = 1.0,
 ) -> Iterator[Document]:
     """Yield receipts start..n-1 from the locales of `pipkie.data.locales` (fields: RECEIPT_KEYS and
     items.*); document i depends only on (seed, i)."""
@@ -347,6 +350,7 @@ def generate_world_receipts(
         skew=skew,
         id_prefix=id_prefix,
         start=start,
+        rules=rules,
     )
 
 
@@ -361,6 +365,7 @@ def generate_invoices(
     skew: float = 0.0,
     id_prefix: str = "invoice",
     start: int = 0,
+    rules: float = 1.0,
 ) -> Iterator[Document]:
     """Yield one-page invoices start..n-1 (fields: INVOICE_KEYS and items.*)."""
     return lay_out(
@@ -377,4 +382,5 @@ def generate_invoices(
         skew=skew,
         id_prefix=id_prefix,
         start=start,
+        rules=rules,
     )

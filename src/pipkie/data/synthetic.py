@@ -140,7 +140,8 @@ def _receipt(rng: random.Random, fake: Faker, fit, rule: str, missing_prob: floa
         )
         fields["date"] = [date_str]
     rows.append([(f"CASHIER: {fake.first_name().upper()}", 0, "l")])
-    rows.append([(rule, 0.5, "c")])
+    if rule:
+        rows.append([(rule, 0.5, "c")])
     style = rng.choice("ab") if variety else "a"
     subtotal, qty_total = 0.0, 0
     for _ in range(rng.randint(1, 8)):
@@ -152,7 +153,8 @@ def _receipt(rng: random.Random, fake: Faker, fit, rule: str, missing_prob: floa
             rows += [[(name, 0, "l")], [(f"{qty} x {_money(price)}", 0.1, "l"), (_money(amount), 1, "r")]]
         else:
             rows.append([(name[:22], 0, "l"), (str(qty), 0.62, "r"), (_money(amount), 1, "r")])
-    rows.append([(rule, 0.5, "c")])
+    if rule:
+        rows.append([(rule, 0.5, "c")])
     tax = round(subtotal * 0.06, 2) if rng.random() < 0.6 else 0.0
     raw = subtotal + tax
     total = round(round(raw * 20) / 20, 2)  # Malaysian 5-sen rounding
@@ -252,7 +254,7 @@ def _form(rng: random.Random, fake: Faker, fit, rule: str, missing_prob: float, 
         rows.append(pending)
     rows += [
         None,
-        [(rule, 0.5, "c")] if rng.random() < 0.5 else None,
+        [(rule, 0.5, "c")] if rule and rng.random() < 0.5 else None,
         [("Signature: ____________", 0, "l"), (f"Page 1 of {rng.randint(1, 3)}", 1, "r")],
     ]
     return rows, fields
@@ -270,6 +272,7 @@ def generate_receipts(
     skew: float = 0.0,
     id_prefix: str = "synth-receipt",
     start: int = 0,
+    rules: float = 1.0,
 ) -> Iterator[Document]:
     """Yield receipts start..n-1 with fields company/date/address/total (a generator; wrap in list())."""
     return lay_out(
@@ -287,6 +290,7 @@ def generate_receipts(
         skew=skew,
         id_prefix=id_prefix,
         start=start,
+        rules=rules,
     )
 
 
@@ -302,6 +306,7 @@ def generate_forms(
     skew: float = 0.0,
     id_prefix: str = "synth-form",
     start: int = 0,
+    rules: float = 1.0,
 ) -> Iterator[Document]:
     """Yield forms start..n-1 whose fields are 4-9 keys of FORM_FIELDS (a generator; wrap in list())."""
     return lay_out(
@@ -319,4 +324,5 @@ def generate_forms(
         skew=skew,
         id_prefix=id_prefix,
         start=start,
+        rules=rules,
     )

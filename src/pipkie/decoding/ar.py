@@ -146,12 +146,13 @@ def parse_free_answer(
     """Split a free answer at `<|pip_end|>`; each piece reads `\\nkey: value`. Keys the model did not
     write are missing (confidence 0); keys outside the schema are ignored. A last piece that nothing
     closed (the answer ran out of its token budget) is `truncated`. With the schema's lists: pieces
-    `\\nitems 3 name: value` fill item 3; an item's first field with nothing after its header ends
-    the list."""
+    `\\nitems 3 name: value` fill item 3 (under `item_headers="first"`, ` price: value` after it
+    too); an item's first field with nothing after its header ends the list."""
     results: Prediction = {}
     items: dict[str, list] = {}
     ended: set[str] = set()
-    start = 0
+    start, last = 0, None  # last: (group, item) of the latest item header, for "first" headers'
+    first_only = builder.item_headers == "first"
     for i, t in enumerate(toks + [builder.end_id]):
         if t != builder.end_id and t != builder.eos_id and i < len(toks):
             continue
@@ -163,6 +164,9 @@ def parse_free_answer(
             value, geo_mean(probs[start : i + 1]), toks[start : i + 1], truncated=i == len(toks) and value is not None
         )
         item = parse_free_item(schema, key) if sep and schema is not None and schema.groups else None
+        if item is None and first_only and sep and last is not None and key in last[0].names[1:]:
+            item = (last[0], last[1], key)  # " price: value" continues the item named last
+        last = item[:2] if item is not None else last
         if sep and key in keys and key not in results:
             results[key] = result
         elif item is not None and item[0].name not in ended:

@@ -202,6 +202,7 @@ def evaluate(
                     for g, n in zip(schema.groups, items_budgets(builder, schema))
                 ],
                 "placement": ITEM_RULES,  # how a list's fields are read off the copy head (decoding.items)
+                **({"item_headers": builder.item_headers} if builder.item_headers != "each" else {}),
             }
             if schema.groups
             else {}

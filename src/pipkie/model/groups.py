@@ -9,6 +9,11 @@ field, then the field's slots:
 
     … flat fields …  "\\nitems 1 name:" ▢▢▢▢  "\\nitems 1 price:" ▢▢▢  "\\nitems 2 name:" ▢▢▢▢ …
 
+or, for a model trained with `item_headers="first"`, the item's number said once (9 fewer tokens
+per item of `items[name,quantity,price]`, whose slots a model may also set: `item_budgets`):
+
+    … flat fields …  "\\nitems 1 name:" ▢▢▢▢  " price:" ▢▢▢  "\\nitems 2 name:" ▢▢▢▢ …
+
 - Targets: the items in document (line) order, item i in group i; an empty column answers
   `unknown` as an absent flat key does. A group past the last item says "no more items": every slot
   of every field answers `<|pip_end|>`, so its first field's first slot is `<|pip_end|>`, which no
@@ -61,27 +66,36 @@ ITEM_BUDGETS = {
 }
 
 
-def header_text(group: Group, i: int, key: Key, description: bool = True) -> str:
-    """The header before field `key` of item i (from 0): "\\nitems 3 name:" (+ " (description)")."""
+def header_text(group: Group, i: int, key: Key, description: bool = True, first_only: bool = False) -> str:
+    """The header before field `key` of item i (from 0): "\nitems 3 name:" (+ " (description)");
+    with `first_only` (a builder's `item_headers="first"`) a field after the item's first is headed by
+    its name alone (" price:"): the item's number is said once."""
     desc = f" ({key.description})" if description and key.description else ""
+    if first_only and key.name != group.fields[0].name:
+        return f" {key.name}{desc}:"
     return f"\n{group.name} {i + 1} {key.name}{desc}:"
+
+
+def item_header(builder, group: Group, i: int, key: Key, description: bool = True) -> list[int]:
+    """Token ids of `header_text` under the builder's `item_headers`."""
+    return builder.cached_ids(header_text(group, i, key, description, builder.item_headers == "first"))
 
 
 def field_budget(builder, group: Group, key: Key) -> int:
     """Slots of an item field: its max_tokens / max_chars, else the model's budget for
-    "group.field", else `ITEM_BUDGETS`, else the builder's default."""
+    "group.field", else its `item_budgets` by field name, else `ITEM_BUDGETS`, else the builder's
+    default."""
     if key.max_tokens:
         return key.max_tokens
     if key.max_chars:
         return builder.chars_budget(key.max_chars)
-    return builder.budgets.get(f"{group.name}.{key.name}", ITEM_BUDGETS.get(key.name, builder.default_budget))
+    by_name = {**ITEM_BUDGETS, **builder.item_budgets}
+    return builder.budgets.get(f"{group.name}.{key.name}", by_name.get(key.name, builder.default_budget))
 
 
 def item_length(builder, group: Group, i: int) -> int:
     """Template tokens of item i of a list (its fields' headers and slots)."""
-    return sum(
-        len(builder.cached_ids(header_text(group, i, k))) + field_budget(builder, group, k) for k in group.fields
-    )
+    return sum(len(item_header(builder, group, i, k)) + field_budget(builder, group, k) for k in group.fields)
 
 
 def items_budgets(builder, schema: KeySchema) -> list[int]:
@@ -150,7 +164,7 @@ def pip_groups(builder, schema: KeySchema, values=None, offset: int = 0):
         for i in range(k):
             block += 1
             for key in g.fields:
-                h, b = builder.cached_ids(header_text(g, i, key)), field_budget(builder, g, key)
+                h, b = item_header(builder, g, i, key), field_budget(builder, g, key)
                 slots.append(
                     FieldSlots(
                         f"{g.name}[{i}].{key.name}",
@@ -183,11 +197,11 @@ def ar_reserved(builder, schema: KeySchema) -> int:
     n = 0
     for g, k in zip(schema.groups, items_budgets(builder, schema)):
         n += sum(
-            len(builder.cached_ids(header_text(g, i, f, False))) + field_budget(builder, g, f) + 1
+            len(item_header(builder, g, i, f, False)) + field_budget(builder, g, f) + 1
             for i in range(k)
             for f in g.fields
         )
-        n += len(builder.cached_ids(header_text(g, k, g.fields[0], False))) + 1
+        n += len(item_header(builder, g, k, g.fields[0], False)) + 1
     return n
 
 
@@ -199,12 +213,12 @@ def ar_answer(builder, schema: KeySchema, values) -> list[int]:
         for i, it in enumerate(items):
             for f in g.fields:
                 ids += (
-                    builder.cached_ids(header_text(g, i, f, False))
+                    item_header(builder, g, i, f, False)
                     + builder.value_ids(it.get(f.name), field_budget(builder, g, f))
                     + [builder.end_id]
                 )
         if len(items) < k:
-            ids += builder.cached_ids(header_text(g, len(items), g.fields[0], False)) + [builder.end_id]
+            ids += item_header(builder, g, len(items), g.fields[0], False) + [builder.end_id]
     return ids
 
 
@@ -230,7 +244,7 @@ def ar_steps(builder, schema: KeySchema) -> list[Step]:
                 steps.append(
                     Step(
                         f"{g.name}[{i}].{f.name}",
-                        builder.cached_ids(header_text(g, i, f, False)),
+                        item_header(builder, g, i, f, False),
                         field_budget(builder, g, f),
                         g.name,
                         i,

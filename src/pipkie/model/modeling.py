@@ -40,6 +40,9 @@ class Settings:
     slot_tokens: int = 0  # distinct slot tokens <|pip_slot_j|> (0: one shared <|pip_mask|>)
     field_blocks: bool = False  # each field its own attention block (pipkie.model.template)
     copy_head: bool = False  # slots mix the LM head with a pointer into the document (pipkie.model.copyhead)
+    # a list item's headers: "each" field names its item, or only the "first" (pipkie.model.groups)
+    item_headers: str = "each"
+    item_budgets: dict[str, int] = field(default_factory=dict)  # a list field's slots by name (over ITEM_BUDGETS)
     base: str | None = None  # base model of a LoRA adapter ("smollm2" or a path)
     keys: list[str] = field(default_factory=list)  # keys the model was fine-tuned on (the default)
     # a PIP model's AR baseline (same base, data and steps, trained causally): a directory relative
@@ -306,6 +309,8 @@ def builder_for(tokenizer, settings: Settings, **overrides) -> TemplateBuilder:
         slot_tokens=settings.slot_tokens,
         field_blocks=settings.field_blocks,
         copy=settings.copy_head,
+        item_headers=settings.item_headers,
+        item_budgets=settings.item_budgets,
     )
     kw.update(overrides)
     return TemplateBuilder(tokenizer, **kw)

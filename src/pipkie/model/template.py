@@ -60,6 +60,9 @@ INSTRUCTION = "Extract the key information from this document.\n"
 IGNORE = -100
 CUT_MARKER = "\n …\n"  # between the head and the tail of a document cut to fit
 HEAD_SHARE = 0.5  # of the document tokens kept when cutting, the share taken from the start
+# a list item's headers: "each" field its own "\nitems 3 price:" (models up to round 5); "first": only
+# the first field names the item ("\nitems 3 name:" … " price:"), 9 fewer template tokens per item
+ITEM_HEADERS = ("each", "first")
 
 
 def header_text(key: Key | str) -> str:
@@ -102,13 +105,19 @@ class TemplateBuilder:
         slot_tokens: int = 0,
         field_blocks: bool = False,
         copy: bool = False,
+        item_headers: str = "each",
+        item_budgets: Mapping[str, int] | None = None,
     ):
         if on_overflow not in ("truncate", "error"):
             raise ValueError("on_overflow must be 'truncate' or 'error'")
+        if item_headers not in ITEM_HEADERS:
+            raise ValueError(f"item_headers must be one of {', '.join(ITEM_HEADERS)} (got {item_headers!r})")
         add_special_tokens(tokenizer, slot_tokens)
         self.tok = tokenizer
         self.field_blocks = field_blocks
         self.copy = copy
+        self.item_headers = item_headers  # a list item's headers (pipkie.model.groups.header_text)
+        self.item_budgets = dict(item_budgets or {})  # slots of a list's fields by name, over groups.ITEM_BUDGETS
         self._newline_ids: set[int] | None = None
         self._space_ids: set[int] | None = None
         self._blank_ids: set[int] | None = None

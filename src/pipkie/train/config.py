@@ -61,6 +61,10 @@ class TrainConfig:
         factory=lambda: {"company": 24, "date": 16, "address": 64, "total": 12}, help="value slots per key"
     )
     default_budget: int = opt(16, "value slots of a key without a budget")
+    item_headers: str = opt("each", 'a list item\'s headers: "each" field names the item, or only the "first"')
+    item_budgets: dict[str, int] = opt(
+        factory=dict, help="a list field's base slots by canonical field (name, quantity, unit_price, price)"
+    )
     max_length: int = opt(1024, "tokens of one training sequence (document + templates)")
     key_dropout: float = opt(0.3, "chance each key is left out of a template (random subsets)")
     absent_keys: float = opt(0.5, "chance a template gets an absent key, trained to answer `unknown`")

@@ -13,7 +13,7 @@ from pathlib import Path
 from pipkie.data import read_dataset
 from pipkie.io.document import Document, serialize
 from pipkie.model.copyhead import CopyHead, attach, get_head
-from pipkie.model.modeling import Settings, add_tokens_to_model, compact_config, load_model
+from pipkie.model.modeling import Settings, add_tokens_to_model, builder_for, compact_config, load_model
 from pipkie.model.template import SPECIAL_TOKENS, TemplateBuilder, slot_token
 from pipkie.train.config import TrainConfig
 from pipkie.train.instances import collate, copy_instance, kv_instance, mask_instance, random_schemas
@@ -108,22 +108,35 @@ def _saver(cfg: TrainConfig, model, tokenizer, objective: str):
         tokenizer.save_pretrained(path)
         if cfg.base == "compact":  # keep our trained BPE rules: without this, AutoTokenizer would pick
             _pin_tokenizer_class(path)  # the architecture's own tokenizer class on reload
-        Settings(
-            objective=objective,
-            pattern=cfg.pattern if objective == "pip" else "causal",
-            max_length=cfg.max_length,
-            default_budget=cfg.default_budget,
-            budgets=dict(cfg.budgets),
-            base=cfg.base if cfg.lora_r else None,
-            keys=list(cfg.keys),
-            slot_tokens=cfg.slot_tokens,
-            field_blocks=cfg.field_blocks,
-            copy_head=cfg.copy_head,
-        ).save(path)
+        run_settings(cfg, objective).save(path)
         if cfg.copy_head:
             get_head(model).save(path)
 
     return save
+
+
+def run_settings(cfg: TrainConfig, objective: str | None = None) -> Settings:
+    """The `Settings` a run saves with its model (objective: the saved model's, default the run's)."""
+    objective = objective or cfg.objective
+    return Settings(
+        objective=objective,
+        pattern=cfg.pattern if objective == "pip" else "causal",
+        max_length=cfg.max_length,
+        default_budget=cfg.default_budget,
+        budgets=dict(cfg.budgets),
+        base=cfg.base if cfg.lora_r else None,
+        keys=list(cfg.keys),
+        slot_tokens=cfg.slot_tokens,
+        field_blocks=cfg.field_blocks,
+        copy_head=cfg.copy_head,
+        item_headers=cfg.item_headers,
+        item_budgets=dict(cfg.item_budgets),
+    )
+
+
+def template_builder(cfg: TrainConfig, tokenizer) -> TemplateBuilder:
+    """The builder of a run's templates: the one its saved settings rebuild at inference."""
+    return builder_for(tokenizer, run_settings(cfg))
 
 
 def _pin_tokenizer_class(path: Path) -> None:
@@ -143,15 +156,7 @@ def finetune(cfg: TrainConfig) -> dict:
     texts = [serialize(d) for d in docs]
     values = [{k: d.value(k) for k in cfg.keys} for d in docs]
     model, tokenizer = build_model(cfg, corpus=texts)
-    builder = TemplateBuilder(
-        tokenizer,
-        max_length=cfg.max_length,
-        budgets=cfg.budgets,
-        default_budget=cfg.default_budget,
-        slot_tokens=cfg.slot_tokens,
-        field_blocks=cfg.field_blocks,
-        copy=cfg.copy_head,
-    )
+    builder = template_builder(cfg, tokenizer)
     n_blocks = cfg.templates_per_doc if cfg.pattern != "full" else 1  # packing needs a causal prefix
 
     def make_batch(step: int):
@@ -190,22 +195,16 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
     PIP and AR runs of one config draw the very same documents and templates at every step (the
     batch is a function of seed and step, and no draw depends on the objective), so the AR baseline
     is trained on exactly what the PIP model is."""
+    from pipkie.train.keys import item_alias_budgets
     from pipkie.train.mixture import Mixture, item_share, templates
 
     mixture = Mixture.from_config(cfg.mixture, seed=cfg.seed)
     # only the compact track trains a tokenizer (on a sample of the mixture's fixed documents)
     corpus = [serialize(d) for s in mixture.sources if s.docs for d in s.docs[:200]] if cfg.base == "compact" else None
     model, tokenizer = build_model(cfg, corpus=corpus)
-    budgets = inference_budgets(cfg)
-    builder = TemplateBuilder(
-        tokenizer,
-        max_length=cfg.max_length,
-        budgets=budgets,
-        default_budget=cfg.default_budget,
-        slot_tokens=cfg.slot_tokens,
-        field_blocks=cfg.field_blocks,
-        copy=cfg.copy_head,
-    )
+    saved = {"budgets": inference_budgets(cfg), "item_budgets": item_alias_budgets(cfg.item_budgets)}  # every alias's
+    cfg_saved = TrainConfig(**{**cfg.to_dict(), **saved})
+    builder = template_builder(cfg_saved, tokenizer)
     n_blocks = cfg.templates_per_doc if cfg.pattern != "full" else 1
     value_len = lambda v: len(builder._ids(" " + v))  # noqa: E731  (the same for PIP and AR)
 
@@ -229,6 +228,7 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
                 items=cfg.items,
                 item_room=room,
                 erased=erased,
+                item_budgets=cfg.item_budgets,
             )
             values: dict = {}
             schemas = []
@@ -241,7 +241,6 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
             )
         return collate(insts, builder)
 
-    cfg_saved = TrainConfig(**{**cfg.to_dict(), "budgets": budgets})
     pattern = cfg.pattern if cfg.objective == "pip" else "causal"
     summary = train(cfg, model, make_batch, save=_saver(cfg_saved, model, tokenizer, cfg.objective), pattern=pattern)
     summary.update(
@@ -261,15 +260,7 @@ def pretrain(cfg: TrainConfig) -> dict:
         name, _, path = spec.partition(":")
         texts += [serialize(d) for d in read_dataset(name, path, "train")]
     model, tokenizer = build_model(cfg, corpus=texts)
-    builder = TemplateBuilder(
-        tokenizer,
-        max_length=cfg.max_length,
-        budgets=cfg.budgets,
-        default_budget=cfg.default_budget,
-        slot_tokens=cfg.slot_tokens,
-        field_blocks=cfg.field_blocks,
-        copy=cfg.copy_head,
-    )
+    builder = template_builder(cfg, tokenizer)
 
     def make_batch(step: int):
         rng = random.Random(cfg.seed * 1_000_003 + step)

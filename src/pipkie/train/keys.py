@@ -238,6 +238,14 @@ ITEM_ALIASES: dict[str, tuple[str, ...]] = {
     "price": ("price", "amount", "line total", "total price", "cost"),
 }
 ITEM_BASE_BUDGETS = {"name": 16, "quantity": 6, "unit_price": 10, "price": 10}
+
+
+def item_alias_budgets(base_budgets: dict[str, int]) -> dict[str, int]:
+    """Slots by field name for every alias of a canonical item field (`ITEM_ALIASES`): what a model
+    trained with `base_budgets` saves as its `item_budgets`, so that `qty` gets quantity's."""
+    return {a: n for c, n in base_budgets.items() for a in (c, *ITEM_ALIASES.get(c, ()))}
+
+
 MAX_TEMPLATE_ITEMS = 48
 
 
@@ -259,14 +267,19 @@ def sample_item_schema(
     absent: float = 0.5,
     absent_pool: tuple[str, ...] = (),
     ask_missing: float = 0.0,
+    base_budgets: dict[str, int] | None = None,
 ):
     """One (schema, values) template that asks for the document's line items: a list named like a
     user would (`LIST_NAMES`, fields from `ITEM_ALIASES`; the item's name is nearly always asked for
     and first most of the time, since a list's first field says "no more items"), with half the time
     a few flat keys (`sample_schemas`). The list's maxItems is the number of items or a few more (so
     that surplus groups learn to say "no more items"), cut to what fits in `room` template tokens
-    (`value_len` counts tokens; then only the first items are targets)."""
+    (`value_len` counts tokens; then only the first items are targets). A field's slots: its base
+    budget (`base_budgets` by canonical field, over `ITEM_BASE_BUDGETS`) or 1.5 times it, at least
+    its longest value + 1."""
     from pipkie.schema import Group
+
+    bases = {**ITEM_BASE_BUDGETS, **(base_budgets or {})}
 
     flat, flat_values = (), {}
     if rng.random() < 0.5:
@@ -299,7 +312,7 @@ def sample_item_schema(
         if name.lower() in {k.name.lower() for k in keys}:
             name = canonical
         lens = [value_len(it[canonical]) + 1 for it in items if it.get(canonical)]
-        base = ITEM_BASE_BUDGETS[canonical]
+        base = bases[canonical]
         budget = min(MAX_BUDGET, max([rng.choice((base, base, int(base * 1.5)))] + lens))
         keys.append(Key(name, None, budget))
         names[canonical] = name

@@ -21,10 +21,12 @@ may lack (answered `unknown`). Optional per source: `variation` (key renaming pr
 key: `pipkie.train.keys.sample_schemas`; default 0),
 `erase` (the share of its documents drawn with one field's words taken out and that key asked,
 answered `unknown`: `pipkie.train.erase`; default 0, which changes no draw),
-`limit`, `noise` (OCR character noise for generated sources), `items` (the share of its templates
-that ask for the line items of documents that have them, `items[name, quantity, price]`-style lists:
-`pipkie.model.groups`; default `TrainConfig.items`, 0). With no share of items, no draw changes: a
-mixture trains on exactly the batches it did before lists existed.
+`limit`, `noise` (OCR character noise for generated sources), `rules` (the share of a generated
+source's documents printed with dashed rule lines: `pipkie.data.layout.lay_out`; default 1),
+`items` (the share of its templates that ask for the line items of documents that have them,
+`items[name, quantity, price]`-style lists: `pipkie.model.groups`; default `TrainConfig.items`, 0).
+With no share of items, no draw changes: a mixture trains on exactly the batches it did before
+lists existed.
 
 Synthetic documents are generated lazily and cached by index (document i depends only on the seed
 and i), so a run of any length draws from the same fixed set. Test splits are refused.
@@ -42,7 +44,7 @@ from pipkie.train.keys import document_items, sample_item_schema, sample_schemas
 
 OPTIONS = {  # what a mixture entry may say (the module docstring)
     "source", "weight", "name", "data_dir", "split", "limit", "n",
-    "absent_pool", "variation", "ask_missing", "noise", "items", "erase",
+    "absent_pool", "variation", "ask_missing", "noise", "items", "erase", "rules",
 }  # fmt: skip
 
 
@@ -63,7 +65,8 @@ class Source:
         if self.docs is not None:
             return self.docs[i]
         if i not in self.cache:  # document i depends only on (seed, i): generate just that one
-            self.cache[i] = generate(self.kind, i, seed, float(self.options.get("noise", 0.0)))
+            noise, rules = float(self.options.get("noise", 0.0)), float(self.options.get("rules", 1.0))
+            self.cache[i] = generate(self.kind, i, seed, noise, rules)
         return self.cache[i]
 
 
@@ -141,12 +144,14 @@ def templates(
     items: float = 0.0,
     item_room: int | None = None,
     erased: str | None = None,
+    item_budgets: dict[str, int] | None = None,
 ):
     """n (schema, values) answer templates for one drawn document (see the module docstring).
     `items`: the default share of item templates (`item_share`); `item_room`: template tokens that fit
     next to this document (needed when the share is above 0 and the document has items); `erased`:
     the key whose value was taken out of the document (`draw_document`), asked as a present key is
-    and answered `unknown` (such a document gets flat templates only)."""
+    and answered `unknown` (such a document gets flat templates only); `item_budgets`: a list field's
+    base slots by canonical field (`keys.sample_item_schema`)."""
     if source.supervised:
         fields = {k: doc.value(k) for k in doc.fields if not k.startswith("items.")}
         kw = dict(
@@ -165,7 +170,7 @@ def templates(
         if item_room is None:
             raise ValueError("item templates need item_room (the template tokens that fit next to the document)")
         return [
-            sample_item_schema(fields, lines, rng, room=item_room, **kw)
+            sample_item_schema(fields, lines, rng, room=item_room, base_budgets=item_budgets, **kw)
             if rng.random() < share
             else sample_schemas(fields, rng, 1, **kw)[0]
             for _ in range(n)
