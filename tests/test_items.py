@@ -408,6 +408,24 @@ def test_ar_forced_stops_a_list_when_an_item_closes_at_once(tokenizer, monkeypat
     assert stats.generated == 2  # total's end, then item 1's name's end: the list is over
 
 
+def test_a_decoder_call_counts_ar_steps_into_stats(tokenizer, monkeypatch):
+    """`Decoder.__call__(stats=...)` reaches the AR decoder (what `pipkie bench` counts), on the
+    schema the call cuts to the document's lines; PIP leaves the stats as they are."""
+    from pipkie.decoding import get_decoder
+    from pipkie.decoding.ar import ARStats
+
+    model = tiny_model(tokenizer)
+    b = TemplateBuilder(tokenizer, max_length=512, default_budget=4)
+    closing = lambda model, rows: (torch.ones(len(rows)), torch.full((len(rows),), b.end_id))  # noqa: E731
+    monkeypatch.setattr("pipkie.decoding.ar.greedy", closing)
+    stats = ARStats()
+    (pred,) = get_decoder("ar-forced")(model, b, [DOC], [SCHEMA], stats=stats)
+    assert pred["items"].value == [] and stats.generated == 2  # total's end, item 1's name's end
+    before = (stats.steps, stats.generated)
+    get_decoder("pip")(model, b, [DOC], [SCHEMA], stats=stats)
+    assert (stats.steps, stats.generated) == before
+
+
 def test_split_and_cached_passes_equal_the_one_pass_for_lists(tokenizer):
     """The group attention through a KV cache (SplitPass, the cached-document route) gives the one
     pass's predictions of every slot: the chain mask holds with a cache offset too."""

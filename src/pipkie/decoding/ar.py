@@ -193,8 +193,10 @@ class ARDecoder(Decoder):
     def __init__(self, mode: str, help: str):
         self.mode, self.name, self.help = mode, f"ar-{mode}", help
 
-    def decode(self, model, builder, texts, schemas, *, pattern="prefix_causal", refine_steps=0, trace=None):
-        return ar_decode(model, builder, texts, schemas, mode=self.mode)
+    def decode(
+        self, model, builder, texts, schemas, *, pattern="prefix_causal", refine_steps=0, trace=None, stats=None
+    ):
+        return ar_decode(model, builder, texts, schemas, mode=self.mode, stats=stats)
 
     def encode(self, builder, text, schema):
         return builder.ar_prompt(text, schema)

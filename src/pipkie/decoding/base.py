@@ -38,10 +38,12 @@ class Decoder(ABC):
         pattern: str = "prefix_causal",
         refine_steps: int = 0,
         trace: list | None = None,
+        stats=None,
     ) -> list[dict]:
         """Per document, key -> FieldResult (or ItemsResult for a list). `pattern`: the PIP
         model's attention pattern (its `Settings.pattern`); `trace`: per document, what the copy
-        head computed (PIP with a copy head; others append nothing)."""
+        head computed (PIP with a copy head; others append nothing); `stats`: an AR decoder counts
+        its steps and tokens into it (`pipkie.decoding.ar.ARStats`; others leave it as it is)."""
 
     @abstractmethod
     def encode(self, builder: TemplateBuilder, text: str, schema: KeySchema) -> Encoded:
@@ -63,6 +65,7 @@ class Decoder(ABC):
         trace=None,
         snap=True,
         abstain: dict[str, float] | None = None,
+        stats=None,
     ):
         """`decode` (each list's K cut to its document's lines + 1: `pipkie.model.groups.within_lines`),
         and with `snap` every value that ends inside a document word completed to the
@@ -74,7 +77,9 @@ class Decoder(ABC):
         if refine_steps and not self.refines:
             raise ValueError(f"decode {self.name!r} does not refine (refine_steps={refine_steps})")
         schemas = [within_lines(builder, s, t) for s, t in zip(schemas, texts)]  # K <= the document's lines + 1
-        preds = self.decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace)
+        preds = self.decode(
+            model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace, stats=stats
+        )
         preds = snap_predictions(preds, texts) if snap else preds
         return [withhold(reject_untyped(p, s), abstain) for p, s in zip(preds, schemas)]
 

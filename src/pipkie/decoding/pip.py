@@ -382,7 +382,9 @@ class PipDecoder(Decoder):
     name, objective, refines = "pip", "pip", True
     help = "one parallel pass over the answer template (refine_steps: Mask-Predict passes on top)"
 
-    def decode(self, model, builder, texts, schemas, *, pattern="prefix_causal", refine_steps=0, trace=None):
+    def decode(
+        self, model, builder, texts, schemas, *, pattern="prefix_causal", refine_steps=0, trace=None, stats=None
+    ):
         return pip_decode(model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace)
 
     def encode(self, builder, text, schema):

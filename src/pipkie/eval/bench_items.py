@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from pipkie.decoding import DECODERS, get_decoder
-from pipkie.decoding.ar import ARStats, ar_decode
+from pipkie.decoding.ar import ARStats
 from pipkie.eval.metrics import ItemScores
 from pipkie.schema import Group, Key, KeySchema
 
@@ -86,15 +86,9 @@ def with_room(model, builder, texts: list[str], schema: KeySchema, ar: bool):
 
 
 def _decode(method: str, model, builder, texts, schema, pattern: str, stats: ARStats):
-    """The decoder `method`; AR decoders also count their steps into `stats` (with the schemas that
-    `Decoder.__call__` would give them: K cut to each receipt's lines + 1, `groups.within_lines`)."""
-    from pipkie.model.groups import within_lines
-
-    decoder = get_decoder(method)
-    if decoder.objective == "ar":
-        schemas = [within_lines(builder, schema, t) for t in texts]
-        return ar_decode(model, builder, texts, schemas, mode=decoder.mode, stats=stats)
-    return decoder(model, builder, texts, [schema] * len(texts), pattern=pattern)
+    """The decoder `method` as `pipkie extract` runs it (`Decoder.__call__`: K cut to each receipt's
+    lines + 1, values snapped); AR decoders also count their steps into `stats`."""
+    return get_decoder(method)(model, builder, texts, [schema] * len(texts), pattern=pattern, stats=stats)
 
 
 def lines_sweep(
