@@ -151,7 +151,7 @@ def parse_free_answer(
     results: Prediction = {}
     items: dict[str, list] = {}
     ended: set[str] = set()
-    start, last = 0, None  # last: (group, item) of the latest item header, for "first" headers'
+    start, last = 0, None  # last: (group, item) of the latest item header ("first" headers continue it)
     first_only = builder.item_headers == "first"
     for i, t in enumerate(toks + [builder.end_id]):
         if t != builder.end_id and t != builder.eos_id and i < len(toks):

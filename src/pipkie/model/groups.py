@@ -67,7 +67,7 @@ ITEM_BUDGETS = {
 
 
 def header_text(group: Group, i: int, key: Key, description: bool = True, first_only: bool = False) -> str:
-    """The header before field `key` of item i (from 0): "\nitems 3 name:" (+ " (description)");
+    """The header before field `key` of item i (from 0): "\\nitems 3 name:" (+ " (description)");
     with `first_only` (a builder's `item_headers="first"`) a field after the item's first is headed by
     its name alone (" price:"): the item's number is said once."""
     desc = f" ({key.description})" if description and key.description else ""
@@ -89,8 +89,8 @@ def field_budget(builder, group: Group, key: Key) -> int:
         return key.max_tokens
     if key.max_chars:
         return builder.chars_budget(key.max_chars)
-    by_name = {**ITEM_BUDGETS, **builder.item_budgets}
-    return builder.budgets.get(f"{group.name}.{key.name}", by_name.get(key.name, builder.default_budget))
+    by_name = builder.item_budgets.get(key.name, ITEM_BUDGETS.get(key.name, builder.default_budget))
+    return builder.budgets.get(f"{group.name}.{key.name}", by_name)
 
 
 def item_length(builder, group: Group, i: int) -> int:

@@ -202,7 +202,8 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
     # only the compact track trains a tokenizer (on a sample of the mixture's fixed documents)
     corpus = [serialize(d) for s in mixture.sources if s.docs for d in s.docs[:200]] if cfg.base == "compact" else None
     model, tokenizer = build_model(cfg, corpus=corpus)
-    saved = {"budgets": inference_budgets(cfg), "item_budgets": item_alias_budgets(cfg.item_budgets)}  # every alias's
+    # saved with the model, for every alias of a key and of a list field
+    saved = {"budgets": inference_budgets(cfg), "item_budgets": item_alias_budgets(cfg.item_budgets)}
     cfg_saved = TrainConfig(**{**cfg.to_dict(), **saved})
     builder = template_builder(cfg_saved, tokenizer)
     n_blocks = cfg.templates_per_doc if cfg.pattern != "full" else 1
