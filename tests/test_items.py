@@ -463,3 +463,47 @@ def test_split_and_cached_passes_equal_the_one_pass_for_lists(tokenizer):
     )
     before = sum(f.length for f in encs[0].fields[:5])  # total, items 1 and 2: none sees item 3
     assert torch.equal(other[:before], full[:before]) and not torch.equal(other[before:], full[before:])
+
+
+def test_span_fields_take_at_most_item_slots_and_keep_their_whole_value(tokenizer):
+    """`item_slots=2`: each list field has 2 slots (fewer when its budget is smaller), its budget as
+    the span it may read, and, in training, its whole value (the slots' targets are its first
+    tokens); K grows with the room freed; flat keys are untouched."""
+    kw = dict(max_length=256, default_budget=4, field_blocks=True)
+    full, b = TemplateBuilder(tokenizer, **kw), TemplateBuilder(tokenizer, item_slots=2, **kw)
+    values = {"total": "15/5", "items": [{"name": "berry cedar ember", "price": "3/1"}, ITEMS[1]]}
+    enc, ref = b.pip(DOC, SCHEMA, values), full.pip(DOC, SCHEMA, values)
+    assert [f.key for f in enc.fields] == [f.key for f in ref.fields]
+    for f, g in zip(enc.fields, ref.fields):
+        if f.group is None:
+            assert (f.length, f.span, f.value) == (g.length, 0, None)
+            continue
+        assert f.length == min(2, g.length) and f.width == g.length
+        assert f.span == (g.length if g.length > 2 else 0)
+        whole = ref.targets[g.start : g.start + g.length]
+        assert enc.targets[f.start : f.start + f.length] == whole[: f.length]
+        if f.span:
+            assert b.decode_value(f.value + [b.end_id]) == b.decode_value(whole)
+    name = enc.fields[1]
+    assert len(name.value) > name.length  # the name does not fit its slots: the span carries it
+    assert b.template_length(SCHEMA) < full.template_length(SCHEMA)
+    wide = KeySchema((), (Group("items", SCHEMA.groups[0].fields),))
+    assert items_budgets(b, wide)[0] > items_budgets(full, wide)[0]
+    with pytest.raises(ValueError, match="item_slots"):
+        TemplateBuilder(tokenizer, item_slots=-1)
+
+
+def test_span_nll_is_the_likelihood_of_the_value_as_one_document_span():
+    """span_nll = −log Σ_m p_start(m) p(L | m) over the starts m where the document spells the value;
+    0 (no loss) when it spells it nowhere; field_nll adds it to slot 0's NLL."""
+    from pipkie.model.copyhead import FieldSpan, span_nll
+
+    stream_ids = torch.tensor([5, 6, 7, 5, 6, 9])
+    p_start = torch.tensor([0.1, 0.2, 0.1, 0.4, 0.1, 0.1])
+    p_len = torch.full((6, 4), 0.25)
+    p_len[3] = torch.tensor([0.1, 0.6, 0.2, 0.1])
+    f = FieldSpan(0, torch.arange(1), torch.arange(6), stream_ids, span=4, value=torch.tensor([5, 6]))
+    want = -torch.log(torch.tensor(0.1 * 0.25 + 0.4 * 0.6))  # "5 6" starts at 0 and at 3
+    assert torch.allclose(span_nll(p_start, p_len, f), want)
+    nowhere = FieldSpan(0, torch.arange(1), torch.arange(6), stream_ids, span=4, value=torch.tensor([6, 5, 9]))
+    assert float(span_nll(p_start, p_len, nowhere)) == 0.0

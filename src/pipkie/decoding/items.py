@@ -164,6 +164,9 @@ class ItemPlacer:
             return False
         ends = (toks[i : i + k] == end_id).nonzero()
         n_slots = int(ends[0]) if len(ends) else k
+        b = len(gate)  # the field's slots: fewer than k for a span field (`groups`, item_slots)
+        if b < k and n_slots >= b and place.p_len is not None:  # the value fills its slots: its length
+            n_slots = b + int(place.p_len[b - 1 :].argmax())  # is the copy head's likeliest from b on
         if float(gate[:n_slots].mean()) >= COPY_GATE:
             return False
         n = min(n_slots + place.back, k, place.line_end - place.start)

@@ -138,7 +138,9 @@ def predict_slots(
         if trace is not None:
             trace[:] = [{} for _ in encs]
         return lm_logits(model, slot_hidden).softmax(-1).max(-1)
-    fields, need, spans, typed, total = [], [], [], [], 0
+    # `total`: where a field's answer starts in the returned arrays (`FieldSlots.width` each);
+    # `phys`: where its slots start in `slot_hidden` (`FieldSlots.length` each; the same but for span fields)
+    fields, need, spans, typed, total, phys = [], [], [], [], 0, 0
     if trace is not None:
         trace[:] = []
     for r, e in enumerate(encs):
@@ -160,6 +162,7 @@ def predict_slots(
                 end_id=builder.end_id,
                 keys=keys,
                 absent_id=builder.unknown_id if f.may_be_absent else -1,
+                span=f.span,
             )
             place = None
             if f.group is None:
@@ -170,15 +173,15 @@ def predict_slots(
             if trace is not None:
                 trace[-1][f.key] = CopyTrace(f.key, stream.tolist(), p_start.tolist(), gate.tolist(), past.tolist())
             ended = (past > 0.5).nonzero()
-            n = int(ended[0]) + 1 if lazy and len(ended) else f.length
+            n = min(int(ended[0]) + 1, f.length) if lazy and len(ended) else f.length
             fields.append((total, n, span, p_start, gate, past))
             if place is not None:
-                spans.append((total, f.length, place, gate, placer))
+                spans.append((total, f.width, place, gate, placer))
             if f.type is not None:
                 lines = stream_lines(stream) if lines is None else lines
-                typed.append((total, f.length, f.type, p_start, stream_ids, lines, f.group is not None))
-            need.append(torch.arange(total, total + n))
-            total += f.length
+                typed.append((total, f.width, f.type, p_start, stream_ids, lines, f.group is not None))
+            need.append(torch.arange(phys, phys + n))
+            total, phys = total + f.width, phys + f.length
     chosen = choose(model, slot_hidden[torch.cat(need)], [(n, span, p, g, past) for _, n, span, p, g, past in fields])
     conf = torch.empty(total, device=slot_hidden.device)
     toks = torch.full((total,), builder.end_id, dtype=torch.long, device=slot_hidden.device)
@@ -357,6 +360,11 @@ def pip_decode(
     run = (SplitPass if split else OnePass)(
         model, builder, encs, pattern=pattern, images=images, model_inputs=model_inputs
     )
+    if refine_steps and any(f.span for e in encs for f in e.fields):
+        raise ValueError(
+            "refinement re-reads the slots' tokens, and this model reads a list's values as spans longer "
+            "than their slots (item_slots): decode it with refine_steps=0"
+        )
     conf, toks = run(lazy=refine_steps == 0, trace=trace)
     inputs = run.slot_inputs()
     rows = run.keep.nonzero()[:, 0]  # batch row of each slot, in the same order as the logits

@@ -54,13 +54,13 @@ def collect(
         pred, lists = {}, {g.name: [] for g in groups}
         first = {g.name: g.fields[0].name for g in groups}
         for f in e.fields:
-            result = field_result(builder, toks[i : i + f.length], conf[i : i + f.length])
+            result = field_result(builder, toks[i : i + f.width], conf[i : i + f.width])
             if f.group is None:
                 pred[f.key] = result
             else:
                 stop = f.field == first[f.group] and toks[i] == builder.end_id
                 lists[f.group].append((f.item, f.field, result, stop))
-            i += f.length
+            i += f.width
         if groups:
             for g in groups:
                 pred[g.name] = collect_items(g, lists[g.name], lambda: FieldResult(None, 0.0))

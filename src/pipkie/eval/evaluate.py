@@ -203,6 +203,7 @@ def evaluate(
                 ],
                 "placement": ITEM_RULES,  # how a list's fields are read off the copy head (decoding.items)
                 **({"item_headers": builder.item_headers} if builder.item_headers != "each" else {}),
+                **({"item_slots": builder.item_slots} if builder.item_slots else {}),
             }
             if schema.groups
             else {}

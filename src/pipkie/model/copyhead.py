@@ -167,6 +167,8 @@ class FieldSpan:
     targets: torch.Tensor | None = None  # (K,) value tokens (training)
     keys: torch.Tensor | None = None  # (M, d) the row's `CopyHead.stream_keys`, when its fields share them
     absent_id: int = -1  # ` unknown`: what slot 0 says when the key is absent; -1: no absent score (lists)
+    span: int = 0  # > 0: lengths up to this many tokens, past the slots (a span field: `FieldSlots.span`)
+    value: torch.Tensor | None = None  # a span field's value tokens (training: `span_nll`)
 
     def past_tokens(self, n: int) -> torch.Tensor:
         """(n,) the token each of the first n slots says when it is past the value: `<|pip_end|>`,
@@ -219,7 +221,7 @@ def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, allow: t
     slots, stream = f.slots.to(h.device), f.stream.to(h.device)
     keys = f.keys if f.keys is not None else stream_keys(head, h, stream)
     start, end = head.span_logits(h[slots[0]], keys)
-    m, k = len(stream), len(slots)
+    m, k = len(stream), max(len(slots), f.span)  # lengths 1..k: a span field's go past its slots
     if allow is not None and bool(allow.any()):
         start = start.masked_fill(~allow.to(h.device), float("-inf"))
     p_start = start.softmax(-1)  # (M,)
@@ -239,7 +241,7 @@ def _start_and_gate_fp32(head: CopyHead, h: torch.Tensor, f: FieldSpan, allow: t
             head.start_absent(h[slots[0]], float(lse.detach()))
         absent = torch.sigmoid(head.absent_logit(h[slots[0]]) - lse)
         past = absent + (1 - absent) * past  # slot 0: the absence itself
-    gate = torch.sigmoid(head.gate(h[slots])).squeeze(-1)  # (K,)
+    gate = torch.sigmoid(head.gate(h[slots])).squeeze(-1)  # (slots,)
     return p_start, gate, past, p_len
 
 
@@ -252,14 +254,34 @@ def field_nll(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor, 
 
 
 def field_nll_given(head: CopyHead, hidden: torch.Tensor, p_vocab: torch.Tensor, f: FieldSpan) -> torch.Tensor:
-    """field_nll with the LM head's probability of each target given: (K,) -> (K,)."""
-    p_start, gate, past = start_gate_past(head, hidden, f)
+    """field_nll with the LM head's probability of each target given: (K,) -> (K,). A span field whose
+    value is longer than its slots adds the span's NLL (`span_nll`) to slot 0's, the slot whose
+    state says where the value starts and how long it is."""
+    p_start, gate, past, p_len = copy_distributions(head, hidden, f)
     targets = f.targets.to(hidden.device)
-    shifted = _shifted(f.stream_ids.to(hidden.device), len(f.slots))  # (M, K)
+    k = len(targets)
+    shifted = _shifted(f.stream_ids.to(hidden.device), k)  # (M, K)
     p_copy = (p_start @ (shifted == targets[None, :]).float()) / _reach(p_start, shifted)  # (K,)
-    said = f.past_tokens(len(targets)).to(targets.device)
-    p = (1 - past) * (gate * p_vocab + (1 - gate) * p_copy) + past * (targets == said).float()
-    return -p.clamp_min(1e-12).log()
+    said = f.past_tokens(k).to(targets.device)
+    p = (1 - past[:k]) * (gate * p_vocab + (1 - gate) * p_copy) + past[:k] * (targets == said).float()
+    nll = -p.clamp_min(1e-12).log()
+    if f.value is not None and len(f.value) > k:
+        nll = torch.cat([nll[:1] + span_nll(p_start, p_len, f), nll[1:]])
+    return nll
+
+
+def span_nll(p_start: torch.Tensor, p_len: torch.Tensor, f: FieldSpan) -> torch.Tensor:
+    """() −log Σ_m p_start(m) p(L | m) [stream[m : m + L] = value]: the likelihood of a span field's
+    value (L tokens, more than its slots) as one span of the document, which trains its start and
+    its length together; a value the document does not spell has no span (its slots' loss alone)."""
+    value = f.value.to(p_start.device)
+    n = len(value)
+    if n > p_len.shape[1] or n > len(f.stream_ids):
+        return p_start.new_zeros(())
+    match = (_shifted(f.stream_ids.to(p_start.device), n) == value[None, :]).all(-1)  # (M,)
+    if not bool(match.any()):
+        return p_start.new_zeros(())
+    return -(p_start[match] * p_len[match, n - 1]).sum().clamp_min(1e-12).log()
 
 
 def field_probs(head: CopyHead, hidden: torch.Tensor, vocab_logits: torch.Tensor, f: FieldSpan) -> torch.Tensor:

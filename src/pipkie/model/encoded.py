@@ -22,6 +22,15 @@ class FieldSlots:
     item: int = -1  # its item, from 0
     field: str | None = None  # its field's name
     type: str | None = None  # the key's value type, flat or an item's field (`Key.type`, `decoding.types`)
+    # > 0: the value is one span of the document of up to this many tokens (its budget), read by the
+    # copy head whatever the number of slots (a list field under `item_slots`: `pipkie.model.groups`)
+    span: int = 0
+    value: list[int] | None = None  # training a span field: its value's tokens, for the span's loss
+
+    @property
+    def width(self) -> int:
+        """Tokens of the field's decoded answer: its slots, or its span's budget when longer."""
+        return max(self.length, self.span)
 
     @property
     def may_be_absent(self) -> bool:

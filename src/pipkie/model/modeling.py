@@ -43,6 +43,9 @@ class Settings:
     # a list item's headers: "each" field names its item, or only the "first" (pipkie.model.groups)
     item_headers: str = "each"
     item_budgets: dict[str, int] = field(default_factory=dict)  # a list field's slots by name (over ITEM_BUDGETS)
+    # > 0: a list field has at most this many slots and its value is read as one span of the
+    # document, as long as its budget (pipkie.model.groups "Span fields"); 0: one slot per token
+    item_slots: int = 0
     base: str | None = None  # base model of a LoRA adapter ("smollm2" or a path)
     keys: list[str] = field(default_factory=list)  # keys the model was fine-tuned on (the default)
     # a PIP model's AR baseline (same base, data and steps, trained causally): a directory relative
@@ -311,6 +314,7 @@ def builder_for(tokenizer, settings: Settings, **overrides) -> TemplateBuilder:
         copy=settings.copy_head,
         item_headers=settings.item_headers,
         item_budgets=settings.item_budgets,
+        item_slots=settings.item_slots,
     )
     kw.update(overrides)
     return TemplateBuilder(tokenizer, **kw)

@@ -107,17 +107,21 @@ class TemplateBuilder:
         copy: bool = False,
         item_headers: str = "each",
         item_budgets: Mapping[str, int] | None = None,
+        item_slots: int = 0,
     ):
         if on_overflow not in ("truncate", "error"):
             raise ValueError("on_overflow must be 'truncate' or 'error'")
         if item_headers not in ITEM_HEADERS:
             raise ValueError(f"item_headers must be one of {', '.join(ITEM_HEADERS)} (got {item_headers!r})")
+        if isinstance(item_slots, bool) or not isinstance(item_slots, int) or item_slots < 0:
+            raise ValueError(f"item_slots must be a whole number >= 0 (got {item_slots!r})")
         add_special_tokens(tokenizer, slot_tokens)
         self.tok = tokenizer
         self.field_blocks = field_blocks
         self.copy = copy
         self.item_headers = item_headers  # a list item's headers (pipkie.model.groups.header_text)
         self.item_budgets = dict(item_budgets or {})  # slots of a list's fields by name, over groups.ITEM_BUDGETS
+        self.item_slots = item_slots  # > 0: a list field's slots, its value read as a span (groups.field_slots)
         self._newline_ids: set[int] | None = None
         self._space_ids: set[int] | None = None
         self._blank_ids: set[int] | None = None

@@ -65,6 +65,7 @@ class TrainConfig:
     item_budgets: dict[str, int] = opt(
         factory=dict, help="a list field's base slots by canonical field (name, quantity, unit_price, price)"
     )
+    item_slots: int = opt(0, "> 0: a list field has this many slots and is read as one span of the document")
     max_length: int = opt(1024, "tokens of one training sequence (document + templates)")
     key_dropout: float = opt(0.3, "chance each key is left out of a template (random subsets)")
     absent_keys: float = opt(0.5, "chance a template gets an absent key, trained to answer `unknown`")

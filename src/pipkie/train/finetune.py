@@ -131,6 +131,7 @@ def run_settings(cfg: TrainConfig, objective: str | None = None) -> Settings:
         copy_head=cfg.copy_head,
         item_headers=cfg.item_headers,
         item_budgets=dict(cfg.item_budgets),
+        item_slots=cfg.item_slots,
     )
 
 
@@ -230,6 +231,7 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
                 item_room=room,
                 erased=erased,
                 item_budgets=cfg.item_budgets,
+                item_slots=cfg.item_slots,
             )
             values: dict = {}
             schemas = []

@@ -57,6 +57,7 @@ class Instance:
     fields: list[list[int]] = field(default_factory=list)
     stream: list[int] = field(default_factory=list)
     absent: list[bool] = field(default_factory=list)  # per field: may it be absent (flat keys; not list items)
+    spans: list[tuple] = field(default_factory=list)  # per field: (FieldSlots.span, .value) of a span field
 
 
 def random_schemas(keys: list[str], rng: random.Random, n: int, key_dropout: float, absent: float) -> list[KeySchema]:
@@ -94,6 +95,7 @@ def kv_instance(
             blocks = [x + next_group if x > GROUP_BLOCK else next_block - 1 + x for x in blocks]
             if builder.copy:  # the copy loss needs every slot's target: nothing is revealed
                 inst.fields += [list(range(f.start, f.start + f.length)) for f in slots]
+                inst.spans += [(f.span, f.value) for f in slots]
                 inst.absent += [f.may_be_absent for f in slots]
             elif rng.random() < reveal:
                 ratio = rng.random()
@@ -217,6 +219,8 @@ def collate(instances: list[Instance], builder: TemplateBuilder, *, absent: bool
                 stream_ids=torch.tensor([x.ids[p] for p in x.stream]),
                 targets=torch.tensor([x.targets[p] for p in f]),
                 absent_id=builder.unknown_id if absent and x.absent[j] else -1,
+                span=x.spans[j][0] if x.spans else 0,
+                value=torch.tensor(x.spans[j][1]) if x.spans and x.spans[j][1] is not None else None,
             )
             for i, x in enumerate(instances)
             for j, f in enumerate(x.fields)

@@ -268,6 +268,7 @@ def sample_item_schema(
     absent_pool: tuple[str, ...] = (),
     ask_missing: float = 0.0,
     base_budgets: dict[str, int] | None = None,
+    item_slots: int = 0,
 ):
     """One (schema, values) template that asks for the document's line items: a list named like a
     user would (`LIST_NAMES`, fields from `ITEM_ALIASES`; the item's name is nearly always asked for
@@ -276,7 +277,8 @@ def sample_item_schema(
     that surplus groups learn to say "no more items"), cut to what fits in `room` template tokens
     (`value_len` counts tokens; then only the first items are targets). A field's slots: its base
     budget (`base_budgets` by canonical field, over `ITEM_BASE_BUDGETS`) or 1.5 times it, at least
-    its longest value + 1."""
+    its longest value + 1. `item_slots` > 0: a field takes at most that many slots in the template
+    (a span field, `pipkie.model.groups`), so more items fit in `room`."""
     from pipkie.schema import Group
 
     bases = {**ITEM_BASE_BUDGETS, **(base_budgets or {})}
@@ -318,7 +320,8 @@ def sample_item_schema(
         names[canonical] = name
     k = min(MAX_TEMPLATE_ITEMS, len(items) + rng.choice((0, 1, 1, 2, 3, 5, 8)))
     flat_len = sum(value_len(key.name) + 2 + (key.max_tokens or DEFAULT_BUDGET) for key in flat)
-    per_item = sum(value_len(f"{list_name} {k} {key.name}:") + 1 + key.max_tokens for key in keys)
+    slots = lambda key: min(key.max_tokens, item_slots) if item_slots else key.max_tokens  # noqa: E731
+    per_item = sum(value_len(f"{list_name} {k} {key.name}:") + 1 + slots(key) for key in keys)
     k = max(1, min(k, (room - flat_len) // per_item))
     values = dict(flat_values)
     values[list_name] = [{names[c]: it.get(c) for c in chosen} for it in items]

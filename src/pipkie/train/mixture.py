@@ -145,13 +145,14 @@ def templates(
     item_room: int | None = None,
     erased: str | None = None,
     item_budgets: dict[str, int] | None = None,
+    item_slots: int = 0,
 ):
     """n (schema, values) answer templates for one drawn document (see the module docstring).
     `items`: the default share of item templates (`item_share`); `item_room`: template tokens that fit
     next to this document (needed when the share is above 0 and the document has items); `erased`:
     the key whose value was taken out of the document (`draw_document`), asked as a present key is
     and answered `unknown` (such a document gets flat templates only); `item_budgets`: a list field's
-    base slots by canonical field (`keys.sample_item_schema`)."""
+    base slots by canonical field and `item_slots` a span field's slots (`keys.sample_item_schema`)."""
     if source.supervised:
         fields = {k: doc.value(k) for k in doc.fields if not k.startswith("items.")}
         kw = dict(
@@ -170,7 +171,9 @@ def templates(
         if item_room is None:
             raise ValueError("item templates need item_room (the template tokens that fit next to the document)")
         return [
-            sample_item_schema(fields, lines, rng, room=item_room, base_budgets=item_budgets, **kw)
+            sample_item_schema(
+                fields, lines, rng, room=item_room, base_budgets=item_budgets, item_slots=item_slots, **kw
+            )
             if rng.random() < share
             else sample_schemas(fields, rng, 1, **kw)[0]
             for _ in range(n)
