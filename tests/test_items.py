@@ -507,3 +507,22 @@ def test_span_nll_is_the_likelihood_of_the_value_as_one_document_span():
     assert torch.allclose(span_nll(p_start, p_len, f), want)
     nowhere = FieldSpan(0, torch.arange(1), torch.arange(6), stream_ids, span=4, value=torch.tensor([6, 5, 9]))
     assert float(span_nll(p_start, p_len, nowhere)) == 0.0
+
+
+def test_span_fields_decode_in_one_pass_and_refuse_refinement(tokenizer):
+    """A span-field template (item_slots=1) decodes in one pass into lists like the full one (answers
+    as wide as the budgets); refinement, which feeds the slots' tokens back, is refused with a
+    clear error instead of mixing span answers into slot inputs."""
+    from pipkie.model.copyhead import CopyHead, attach
+
+    model = tiny_model(tokenizer, slot_tokens=4)
+    attach(model, CopyHead(model.config.hidden_size, 16))
+    b = TemplateBuilder(
+        tokenizer, max_length=512, default_budget=3, slot_tokens=4, field_blocks=True, copy=True, item_slots=1
+    )
+    out = pip_decode(model, b, [DOC, "berry 1/1"], [SCHEMA] * 2)
+    assert all(isinstance(p["items"], ItemsResult) and isinstance(p["total"], FieldResult) for p in out)
+    enc = b.pip(DOC, SCHEMA)
+    assert all(f.length == 1 and f.width > 1 for f in enc.fields if f.group)
+    with pytest.raises(ValueError, match="refine_steps=0"):
+        pip_decode(model, b, [DOC], [SCHEMA], refine_steps=1)

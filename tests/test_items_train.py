@@ -128,7 +128,7 @@ def _batches(monkeypatch, tmp_path, mixture, objective, steps=4, **cfg_extra):
         lora_r=0,
         tokenizer_vocab=400,
         compact=dict(arch="qwen2", hidden=32, layers=1, heads=2, ffn=64),
-        max_length=512,
+        max_length=cfg_extra.pop("max_length", 512),
         copy_head=objective == "pip",
         slot_tokens=8 if objective == "pip" else 0,
         field_blocks=objective == "pip",
@@ -193,6 +193,27 @@ def test_item_share_puts_group_blocks_in_both_objectives_batches(shared_data, mo
     assert seen["pip"] == seen["ar"]  # the AR baseline is trained on the very same templates
     assert any(groups for blocks in seen["pip"] for _, groups in blocks)
     assert any(x > GROUP_BLOCK for step in pip.values() for row in step[1] for x in row)
+
+
+@pytest.mark.filterwarnings("ignore:document has")
+def test_span_twins_share_templates_when_the_ar_one_has_room_for_them(shared_data, monkeypatch, tmp_path):
+    """Span fields fit more items in PIP's template than AR's answer can hold in the same context;
+    the AR twin trains with a longer max_length and `lists_sized_for` = PIP's, so that it draws the
+    very same templates (the same K) and no document is cut to make room for its answer."""
+    from pipkie.train import finetune as ft
+
+    seen = {"pip": [], "ar": []}
+    real = ft.kv_instance
+
+    def spy(builder, text, values, schemas, *, objective, rng, reveal=0.0):
+        seen[objective].append([[(g.name, g.names, g.max_items) for g in s.groups] for s in schemas])
+        return real(builder, text, values, schemas, objective=objective, rng=rng, reveal=reveal)
+
+    monkeypatch.setattr(ft, "kv_instance", spy)
+    mix = _mixture(shared_data, items=0.8)
+    _batches(monkeypatch, tmp_path, mix, "pip", steps=3, item_slots=2)
+    _batches(monkeypatch, tmp_path, mix, "ar", steps=3, item_slots=2, max_length=1024, lists_sized_for=512)
+    assert seen["pip"] == seen["ar"] and any(any(b) for b in seen["pip"])
 
 
 # ---- a tiny model learns to list items ------------------------------------------------------------

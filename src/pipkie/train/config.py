@@ -67,6 +67,9 @@ class TrainConfig:
     )
     item_slots: int = opt(0, "> 0: a list field has this many slots and is read as one span of the document")
     max_length: int = opt(1024, "tokens of one training sequence (document + templates)")
+    lists_sized_for: int = opt(
+        0, "the context a list template's items are counted for (0: max_length): a twin with a longer one keeps its K"
+    )
     key_dropout: float = opt(0.3, "chance each key is left out of a template (random subsets)")
     absent_keys: float = opt(0.5, "chance a template gets an absent key, trained to answer `unknown`")
     templates_per_doc: int = opt(2, "answer blocks packed after one document (prefix_causal only)")

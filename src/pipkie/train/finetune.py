@@ -131,7 +131,7 @@ def run_settings(cfg: TrainConfig, objective: str | None = None) -> Settings:
         copy_head=cfg.copy_head,
         item_headers=cfg.item_headers,
         item_budgets=dict(cfg.item_budgets),
-        item_slots=cfg.item_slots,
+        item_slots=cfg.item_slots if objective == "pip" else 0,  # AR writes values out: no slots to save
     )
 
 
@@ -216,7 +216,10 @@ def finetune_mixture(cfg: TrainConfig) -> dict:
         for _ in range(cfg.batch_size):
             source, doc, erased = mixture.draw_document(rng)
             text = serialize(doc)
-            room = builder.document_room(len(builder.document_ids(text))) if item_share(source, cfg.items) else None
+            room = None
+            if item_share(source, cfg.items):  # K as the twin sized for `lists_sized_for` counts it
+                room = builder.document_room(len(builder.document_ids(text)))
+                room -= cfg.max_length - (cfg.lists_sized_for or cfg.max_length)
             pairs = templates(
                 source,
                 doc,
