@@ -103,10 +103,14 @@ def field_budget(builder, group: Group, key: Key) -> int:
     return builder.budgets.get(f"{group.name}.{key.name}", by_name)
 
 
+def span_slots(budget: int, item_slots: int) -> int:
+    """Slots of a list field of `budget` tokens: the budget, or at most `item_slots` (a span field)."""
+    return min(budget, item_slots) if item_slots else budget
+
+
 def field_slots(builder, group: Group, key: Key) -> int:
-    """Slots of an item field in the PIP template: its budget, or at most `item_slots` (a span field)."""
-    b = field_budget(builder, group, key)
-    return min(b, builder.item_slots) if builder.item_slots else b
+    """Slots of an item field in the PIP template (`span_slots` of its budget)."""
+    return span_slots(field_budget(builder, group, key), builder.item_slots)
 
 
 def item_length(builder, group: Group, i: int) -> int:

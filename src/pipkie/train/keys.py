@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import re
 
+from pipkie.model.groups import span_slots
 from pipkie.schema import Key, KeySchema
 from pipkie.train.instances import ABSENT_KEYS
 
@@ -320,8 +321,9 @@ def sample_item_schema(
         names[canonical] = name
     k = min(MAX_TEMPLATE_ITEMS, len(items) + rng.choice((0, 1, 1, 2, 3, 5, 8)))
     flat_len = sum(value_len(key.name) + 2 + (key.max_tokens or DEFAULT_BUDGET) for key in flat)
-    slots = lambda key: min(key.max_tokens, item_slots) if item_slots else key.max_tokens  # noqa: E731
-    per_item = sum(value_len(f"{list_name} {k} {key.name}:") + 1 + slots(key) for key in keys)
+    per_item = sum(
+        value_len(f"{list_name} {k} {key.name}:") + 1 + span_slots(key.max_tokens, item_slots) for key in keys
+    )
     k = max(1, min(k, (room - flat_len) // per_item))
     values = dict(flat_values)
     values[list_name] = [{names[c]: it.get(c) for c in chosen} for it in items]
