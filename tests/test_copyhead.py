@@ -240,12 +240,12 @@ def test_stage1_span_copy_trains_the_head_next_to_masked_reconstruction(setup):
     assert cp.fields and cp.stream
     stream_ids = [cp.ids[p] for p in cp.stream]
     for f in cp.fields:
-        value = [cp.targets[p] for p in f if cp.targets[p] != b.end_id]
+        value = [cp.targets[p] for p in f.slots if cp.targets[p] != b.end_id]
         assert any(stream_ids[i : i + len(value)] == value for i in range(len(stream_ids)))
     mk = mask_instance(b, text, rng=rng, ratio=(0.5, 0.5))
     batch = collate([cp, mk], b, absent=False)
     loss = loss_on_batch(model.train(), batch, "prefix_causal")
-    assert torch.isfinite(loss) and batch["keep"].sum() > sum(len(f) for f in cp.fields)
+    assert torch.isfinite(loss) and batch["keep"].sum() > sum(len(f.slots) for f in cp.fields)
     loss.backward()
     assert get_head(model).query.weight.grad is not None
 

@@ -47,17 +47,25 @@ ABSENT_KEYS = (
 )
 
 
+@dataclass(frozen=True)
+class FieldTarget:
+    """One field of an instance, as the copy head's loss needs it."""
+
+    slots: list[int]  # the field's slot positions in the instance
+    may_be_absent: bool = True  # flat keys may answer `unknown`; list items may not
+    span: int = 0  # span fields: the value's budget when it is longer than the slots (FieldSlots.span)
+    value: list[int] | None = None  # ... and the value's whole tokens (FieldSlots.value)
+
+
 @dataclass
 class Instance:
     ids: list[int]
     pos: list[int]
     block: list[int]
     targets: list[int]  # IGNORE where no loss
-    # copy head (builder.copy): each field's slot positions, and the document's copy stream
-    fields: list[list[int]] = field(default_factory=list)
+    # copy head (builder.copy): the fields, and the document's copy stream
+    fields: list[FieldTarget] = field(default_factory=list)
     stream: list[int] = field(default_factory=list)
-    absent: list[bool] = field(default_factory=list)  # per field: may it be absent (flat keys; not list items)
-    spans: list[tuple] = field(default_factory=list)  # per field: (FieldSlots.span, .value) of a span field
 
 
 def random_schemas(keys: list[str], rng: random.Random, n: int, key_dropout: float, absent: float) -> list[KeySchema]:
@@ -94,9 +102,10 @@ def kv_instance(
             ids, slots, targets, blocks = builder.pip_block(schema, values, offset=len(inst.ids))
             blocks = [x + next_group if x > GROUP_BLOCK else next_block - 1 + x for x in blocks]
             if builder.copy:  # the copy loss needs every slot's target: nothing is revealed
-                inst.fields += [list(range(f.start, f.start + f.length)) for f in slots]
-                inst.spans += [(f.span, f.value) for f in slots]
-                inst.absent += [f.may_be_absent for f in slots]
+                inst.fields += [
+                    FieldTarget(list(range(f.start, f.start + f.length)), f.may_be_absent, f.span, f.value)
+                    for f in slots
+                ]
             elif rng.random() < reveal:
                 ratio = rng.random()
                 for i, t in enumerate(targets):
@@ -171,8 +180,8 @@ def copy_instance(
         v = builder.value_ids(value, budget)
         if builder.copy:
             start = len(inst.ids) + len(header)
-            inst.fields.append(list(range(start, start + budget)))
-            inst.absent.append(True)  # (never is: the absent score learns to stay low)
+            # (may be absent, and never is: the absent score learns to stay low)
+            inst.fields.append(FieldTarget(list(range(start, start + budget))))
         ids = header + [builder.slot_input(t) for t in range(budget)]
         targets = [IGNORE] * len(header) + v + [builder.end_id] * (budget - len(v))
         inst.ids += ids
@@ -213,16 +222,16 @@ def collate(instances: list[Instance], builder: TemplateBuilder, *, absent: bool
         batch["copy_fields"] = [
             FieldSpan(
                 row=i,
-                slots=torch.tensor(f),
+                slots=torch.tensor(f.slots),
                 stream=torch.tensor(x.stream),
                 end_id=builder.end_id,
                 stream_ids=torch.tensor([x.ids[p] for p in x.stream]),
-                targets=torch.tensor([x.targets[p] for p in f]),
-                absent_id=builder.unknown_id if absent and x.absent[j] else -1,
-                span=x.spans[j][0] if x.spans else 0,
-                value=torch.tensor(x.spans[j][1]) if x.spans and x.spans[j][1] is not None else None,
+                targets=torch.tensor([x.targets[p] for p in f.slots]),
+                absent_id=builder.unknown_id if absent and f.may_be_absent else -1,
+                span=f.span,
+                value=None if f.value is None else torch.tensor(f.value),
             )
             for i, x in enumerate(instances)
-            for j, f in enumerate(x.fields)
+            for f in x.fields
         ]
     return batch
