@@ -1,4 +1,4 @@
-"""Training from the command line: `pipkie finetune`, `pipkie pretrain`, `pipkie refit-head`.
+"""Training from the command line: `pipkie finetune`, `pipkie pretrain`, `pipkie refit-head`, `pipkie soup`.
 
 The options of finetune and pretrain are built from `TrainConfig`'s fields (their help is the
 field's), so a new field is a new option without touching this file. Fields that are not a plain
@@ -133,3 +133,20 @@ def refit_head(
             indent=2,
         )
     )
+
+
+@app.command("soup")
+def soup(
+    models: list[Path] = typer.Argument(..., help="model directories fine-tuned from the same model (2 or more)"),
+    out: Path = typer.Option(..., help="directory of the averaged model (not one of MODELS)"),
+    weights: Optional[str] = typer.Option(None, help="comma-separated weight per model (default: equal)"),
+):
+    """Average the weights of models fine-tuned from one model (a model soup, pipkie.train.soup):
+    one model's cost at inference, less of one run's seed-to-seed spread."""
+    from pipkie.train.soup import soup as run
+
+    try:
+        w = [float(x) for x in weights.split(",")] if weights else None
+        typer.echo(json.dumps(run(models, out, w), indent=2))
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None

@@ -1,0 +1,99 @@
+"""pipkie soup: the mean of fine-tuned models' weights, refused where the models do not match."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from pipkie.model.modeling import Settings
+from pipkie.train.soup import soup
+
+
+def _model(path, scale, *, settings=None, shape=(3, 4), calibrated=False):
+    path.mkdir(parents=True)
+    s = settings or Settings(objective="pip", slot_tokens=4, copy_head=True, item_slots=2)
+    if calibrated:
+        s.confidence_calibration = {"method": "temperature", "T": 0.3, "fitted_on": "x", "n": 10}
+    s.save(path)
+    save_file(
+        {"lora_A": torch.full(shape, scale, dtype=torch.bfloat16), "step": torch.tensor([7])},
+        path / "adapter_model.safetensors",
+    )
+    save_file({"query.weight": torch.full((2, 2), 2 * scale)}, path / "copy_head.safetensors", metadata={"dim": "2"})
+    (path / "adapter_config.json").write_text(json.dumps({"r": 32, "lora_alpha": 64}))
+    (path / "tokenizer.json").write_text("{}")
+    (path / "README.md").write_text("run one")
+    return path
+
+
+def test_soup_is_the_weighted_mean_and_keeps_dtypes_metadata_and_files(tmp_path):
+    a, b = _model(tmp_path / "a", 1.0, calibrated=True), _model(tmp_path / "b", 3.0)
+    record = soup([a, b], tmp_path / "s")
+    s = tmp_path / "s"
+    adapter, head = load_file(s / "adapter_model.safetensors"), load_file(s / "copy_head.safetensors")
+    assert adapter["lora_A"].dtype == torch.bfloat16 and torch.all(adapter["lora_A"] == 2.0)
+    assert torch.equal(adapter["step"], torch.tensor([7])) and torch.all(head["query.weight"] == 4.0)
+    from safetensors import safe_open
+
+    with safe_open(s / "copy_head.safetensors", "pt") as f:
+        assert f.metadata()["dim"] == "2"  # the copy head's sizes travel with it
+    assert (s / "tokenizer.json").is_file() and not (s / "README.md").exists()
+    settings = Settings.load(s)
+    assert settings.item_slots == 2 and settings.confidence_calibration is None  # a fitted map does not carry over
+    assert json.loads((s / "soup.json").read_text())["of"] == [str(a), str(b)] == record["of"]
+
+    soup([a, b], tmp_path / "w", weights=[3, 1])  # normalised: 0.75 * 1 + 0.25 * 3
+    assert torch.all(load_file(tmp_path / "w" / "adapter_model.safetensors")["lora_A"] == 1.5)
+
+
+def test_soup_refuses_models_that_do_not_match(tmp_path):
+    a = _model(tmp_path / "a", 1.0)
+    other = _model(tmp_path / "settings", 1.0, settings=Settings(objective="pip", slot_tokens=4, item_slots=0))
+    with pytest.raises(ValueError, match="decoding settings"):
+        soup([a, other], tmp_path / "out")
+    with pytest.raises(ValueError, match="shape"):
+        soup([a, _model(tmp_path / "shape", 1.0, shape=(4, 4))], tmp_path / "out")
+    with pytest.raises(ValueError, match="one of the models"):
+        soup([a, _model(tmp_path / "b", 2.0)], a)
+    with pytest.raises(ValueError, match="at least two"):
+        soup([a], tmp_path / "out")
+    with pytest.raises(ValueError, match="not a pipkie model"):
+        (tmp_path / "empty").mkdir()
+        soup([a, tmp_path / "empty"], tmp_path / "out")
+    with pytest.raises(ValueError, match="weights"):
+        soup([a, tmp_path / "b"], tmp_path / "out", weights=[1, -1])
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_soup_of_a_model_with_itself_extracts_what_it_does(tmp_path):
+    """End to end on the shipped model: the soup loads as a model and (the mean of equal weights
+    being those weights) extracts exactly what the model does."""
+    from pipkie.eval.calibration import calibrate
+    from pipkie.extract import Extractor
+    from pipkie.io.document import Document
+
+    soup(["models/pipkie", "models/pipkie"], tmp_path / "s")
+    doc = Document(id="t", text="CORNER MARKET\n12 MAIN STREET\n30/12/2016 12:31\nMILK 2.50\nTOTAL 2.50")
+    got = Extractor.from_pretrained(tmp_path / "s").extract(doc, keys=["company", "total"])
+    model = Extractor.from_pretrained("models/pipkie")
+    want = model.extract(doc, keys=["company", "total"])
+    assert got.values() == want.values() and want.values()["total"] == "2.50"
+    cal = model.settings.confidence_calibration  # the soup reports raw confidences: it has no map
+    for k, f in want.fields.items():
+        assert f.confidence == pytest.approx(calibrate(got.fields[k].confidence, cal), abs=1e-3)
+
+
+def test_pipkie_soup_command_writes_the_soup_and_says_why_it_cannot(tmp_path):
+    from typer.testing import CliRunner
+
+    from pipkie.cli import app
+
+    a, b = _model(tmp_path / "a", 1.0), _model(tmp_path / "b", 3.0)
+    ok = CliRunner().invoke(app, ["soup", str(a), str(b), "--out", str(tmp_path / "s"), "--weights", "1,1"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["weights"] == [0.5, 0.5]
+    assert torch.all(load_file(tmp_path / "s" / "adapter_model.safetensors")["lora_A"] == 2.0)
+    other = _model(tmp_path / "c", 1.0, shape=(1, 4))
+    bad = CliRunner().invoke(app, ["soup", str(a), str(other), "--out", str(tmp_path / "t")])
+    assert bad.exit_code == 2 and "shape" in bad.output and "Traceback" not in bad.output
