@@ -10,7 +10,7 @@ from pipkie.model.modeling import Settings
 from pipkie.train.soup import soup
 
 
-def _model(path, scale, *, settings=None, shape=(3, 4), calibrated=False):
+def _model(path, scale, *, settings=None, shape=(3, 4), calibrated=False, modules=("q_proj", "v_proj")):
     path.mkdir(parents=True)
     s = settings or Settings(objective="pip", slot_tokens=4, copy_head=True, item_slots=2)
     if calibrated:
@@ -21,7 +21,7 @@ def _model(path, scale, *, settings=None, shape=(3, 4), calibrated=False):
         path / "adapter_model.safetensors",
     )
     save_file({"query.weight": torch.full((2, 2), 2 * scale)}, path / "copy_head.safetensors", metadata={"dim": "2"})
-    (path / "adapter_config.json").write_text(json.dumps({"r": 32, "lora_alpha": 64}))
+    (path / "adapter_config.json").write_text(json.dumps({"r": 32, "lora_alpha": 64, "target_modules": list(modules)}))
     (path / "tokenizer.json").write_text("{}")
     (path / "README.md").write_text("run one")
     return path
@@ -63,7 +63,16 @@ def test_soup_refuses_models_that_do_not_match(tmp_path):
         soup([a, tmp_path / "empty"], tmp_path / "out")
     with pytest.raises(ValueError, match="weights"):
         soup([a, tmp_path / "b"], tmp_path / "out", weights=[1, -1])
+    with pytest.raises(ValueError, match="adapter configs"):
+        soup([a, _model(tmp_path / "lora", 1.0, modules=("q_proj", "o_proj"))], tmp_path / "out")
     assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_soup_reads_the_adapters_target_modules_as_a_set(tmp_path):
+    """peft writes target_modules from a set: two runs of one config list them in any order."""
+    a = _model(tmp_path / "a", 1.0, modules=("q_proj", "v_proj"))
+    soup([a, _model(tmp_path / "b", 3.0, modules=("v_proj", "q_proj"))], tmp_path / "s")
+    assert torch.all(load_file(tmp_path / "s" / "adapter_model.safetensors")["lora_A"] == 2.0)
 
 
 def test_soup_of_a_model_with_itself_extracts_what_it_does(tmp_path):

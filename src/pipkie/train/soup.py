@@ -36,6 +36,13 @@ FITTED = ("confidence_calibration", "abstention")  # fitted on one model's predi
 NOT_COPIED = {SETTINGS_FILE, "README.md", "soup.json", *WEIGHT_FILES}  # (a model card is one run's)
 
 
+def _adapter_config(model: Path) -> dict:
+    """The adapter config with its module lists as sets: peft writes `target_modules` from a set, so
+    two runs of one config may list them in different orders."""
+    config = json.loads((model / "adapter_config.json").read_text())
+    return {k: sorted(v) if isinstance(v, list) and k.endswith("modules") else v for k, v in config.items()}
+
+
 def _settings(model: Path) -> dict:
     if not (model / SETTINGS_FILE).is_file():
         raise ValueError(f"{model}: not a pipkie model directory (no {SETTINGS_FILE})")
@@ -92,7 +99,7 @@ def soup(models: list[str | Path], out: str | Path, weights: list[float] | None 
     if not present[0]:
         raise ValueError(f"{models[0]}: no weight files ({', '.join(WEIGHT_FILES)})")
     if (models[0] / "adapter_config.json").is_file():
-        configs = [json.loads((m / "adapter_config.json").read_text()) for m in models]
+        configs = [_adapter_config(m) for m in models]
         _agree(models, "adapter configs", configs)
 
     tmp = out.with_name(out.name + ".tmp")
