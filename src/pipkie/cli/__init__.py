@@ -1,6 +1,6 @@
 """`pipkie`, the command line: one module per group of commands, all on one Typer app.
 
-    train     finetune, pretrain, refit-head   (options built from TrainConfig's fields)
+    train     finetune, pretrain, refit-head, soup, label   (finetune/pretrain options built from TrainConfig's fields)
     extract   extract, explain, ocr
     evaluate  evaluate, calibrate, abstain, bench, compare
     serve     serve

@@ -1,4 +1,4 @@
-"""Training from the command line: `pipkie finetune`, `pipkie pretrain`, `pipkie refit-head`, `pipkie soup`.
+"""Training from the command line: `pipkie finetune`, `pretrain`, `refit-head`, `soup`, `label`.
 
 The options of finetune and pretrain are built from `TrainConfig`'s fields (their help is the
 field's), so a new field is a new option without touching this file. Fields that are not a plain
@@ -150,3 +150,49 @@ def soup(
         typer.echo(json.dumps(run(models, out, w), indent=2))
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
+
+
+@app.command("label")
+def label(
+    src: Path = typer.Argument(..., help="a folder of JSON-words documents (`pipkie ocr`'s output)"),
+    out: Path = typer.Option(..., help="folder of the labelled documents (read back as the dataset `words`)"),
+    keys: str = typer.Option(..., help='flat keys to label, e.g. "company,date:date,total:money"'),
+    min_confidence: float = typer.Option(0.9, help="keep a value when its (calibrated) confidence is at least this"),
+    store_as: Optional[str] = typer.Option(None, help="key=field,...: store a key's values under another name"),
+    model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped one)"),
+    batch_size: int = typer.Option(4, min=1),
+    limit: Optional[int] = typer.Option(None, help="at most this many documents of SRC"),
+    threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
+):
+    """Pseudo-labels for self-training (pipkie.train.label): the model's confident answers on unlabelled
+    documents become their fields, for a `words` source of a training mixture. Resumable; a second
+    call with other keys adds their fields to the same documents."""
+    from pipkie.cli.common import error, key_schema, load_extractor
+    from pipkie.data.errors import DataError
+    from pipkie.train.label import label_folder
+
+    schema = key_schema(keys, None)
+    try:
+        renames = dict(pair.split("=", 1) for pair in store_as.split(",")) if store_as else {}
+    except ValueError:
+        raise typer.BadParameter("expected key=field pairs separated by commas", param_hint="--store-as") from None
+    n = set_threads(threads)
+    typer.echo(f"threads: {n}", err=True)
+    ex = load_extractor(model, n, "rapidocr")
+    try:
+        stats = label_folder(
+            ex,
+            src,
+            out,
+            keys=schema,
+            min_confidence=min_confidence,
+            store_as=renames,
+            batch_size=batch_size,
+            limit=limit,
+        )
+    except DataError as e:
+        error(str(e))
+        raise typer.Exit(1) from None
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    typer.echo(json.dumps(stats))
