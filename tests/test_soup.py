@@ -68,6 +68,21 @@ def test_soup_refuses_models_that_do_not_match(tmp_path):
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
+def test_soup_never_replaces_a_folder_that_is_not_an_earlier_soup(tmp_path):
+    a, b = _model(tmp_path / "a", 1.0), _model(tmp_path / "b", 3.0)
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not an earlier soup"):
+        soup([a, b], precious)
+    assert (precious / "notes.txt").read_text() == "mine"
+    soup([a, b], tmp_path / "s")
+    soup([a, b], tmp_path / "s", weights=[1, 0])  # an earlier soup is replaced
+    (tmp_path / "empty").mkdir()
+    soup([a, b], tmp_path / "empty")  # and so is an empty folder
+    assert json.loads((tmp_path / "s" / "soup.json").read_text())["weights"] == [1.0, 0.0]
+
+
 def test_soup_reads_the_adapters_target_modules_as_a_set(tmp_path):
     """peft writes target_modules from a set: two runs of one config list them in any order."""
     a = _model(tmp_path / "a", 1.0, modules=("q_proj", "v_proj"))

@@ -86,6 +86,8 @@ def soup(models: list[str | Path], out: str | Path, weights: list[float] | None 
         raise ValueError("a soup needs at least two models")
     if any(out.resolve() == m.resolve() for m in models):
         raise ValueError(f"--out {out} is one of the models averaged: write the soup elsewhere")
+    if out.exists() and not (out / "soup.json").is_file() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"--out {out} exists and is not an earlier soup: it is not replaced (choose a new path)")
     weights = [1.0] * len(models) if weights is None else [float(w) for w in weights]
     if len(weights) != len(models) or any(w < 0 for w in weights) or sum(weights) <= 0:
         raise ValueError(f"weights: one non-negative number per model, not all 0 (got {weights})")
