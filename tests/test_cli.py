@@ -152,3 +152,13 @@ def test_subprocess_exit_code_and_streams(tiny_model_dir, tmp_path):
     assert proc.returncode == 1
     assert [d["document"] for d in json_lines(proc.stdout)] == ["words"]
     assert "bad.pdf" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_command_is_listed_by_one_sentence_of_its_docstring():
+    from pipkie.cli import app as cli_app
+
+    listed = {c.callback.__name__: c.short_help for c in cli_app.registered_commands}
+    assert len(listed) >= 14 and all(h and "\n" not in h and h.endswith(".") for h in listed.values()), listed
+    assert listed["soup"].startswith("Average the weights of models fine-tuned from one model")
+    out = runner.invoke(cli_app, ["--help"], terminal_width=200).output
+    assert "label" in out and "Pseudo-labels for self-training" in out

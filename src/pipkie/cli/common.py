@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 
@@ -10,6 +11,16 @@ import typer
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Key information extraction with parallel decoding (PIP)."
 )
+
+
+def short_helps(typer_app: typer.Typer) -> None:
+    """Give every command without a short help its docstring's first sentence, joined on one line
+    (Typer would list the whole first paragraph with the docstring's own line breaks)."""
+    for cmd in typer_app.registered_commands:
+        doc = inspect.getdoc(cmd.callback) if cmd.callback else None
+        if cmd.short_help is None and doc:
+            first = " ".join(doc.split("\n\n")[0].split())
+            cmd.short_help = first.split(". ")[0].rstrip(".") + "."
 
 
 def decoder_help(what: str = "") -> str:
