@@ -79,6 +79,9 @@ def test_a_torn_manifest_line_is_labelled_again(tmp_path):
     ex.asked.clear()
     label_folder(ex, tmp_path / "src", tmp_path / "out", keys="company", progress=False)
     assert ex.asked == ["b"]
+    ex.asked.clear()
+    label_folder(ex, tmp_path / "src", tmp_path / "out", keys="company", progress=False)
+    assert ex.asked == []  # the row written after the torn line stands on its own line
 
 
 def test_lists_thresholds_and_renames_of_keys_not_asked_are_refused(tmp_path):

@@ -56,6 +56,15 @@ def done_groups(out: Path) -> dict[str, set[str]]:
     return done
 
 
+def _torn(path: Path) -> bool:
+    """The file's last line has no newline (a run killed while writing it)."""
+    with open(path, "rb") as f:
+        if f.seek(0, 2) == 0:
+            return False
+        f.seek(-1, 2)
+        return f.read(1) != b"\n"
+
+
 def _write_doc(path: Path, doc: Document, fields: dict[str, str]) -> None:
     """Add `fields` to the document stored at `path` (or to `doc`), atomically (temporary name, rename)."""
     if path.exists():
@@ -108,6 +117,8 @@ def label_folder(
 
     bar = tqdm(total=len(docs), unit="doc", file=sys.stderr, disable=not progress, mininterval=10, desc="label")
     with open(out / MANIFEST, "a", encoding="utf-8") as manifest:
+        if _torn(out / MANIFEST):
+            manifest.write("\n")  # end the line a kill tore, so that the next row starts on its own line
         for i in range(0, len(docs), batch_size):
             chunk = docs[i : i + batch_size]
             results = extractor.extract_many(chunk, schema=schema, batch_size=batch_size)
