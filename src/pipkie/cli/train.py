@@ -169,13 +169,16 @@ def label(
     call with other keys adds their fields to the same documents."""
     from pipkie.cli.common import error, key_schema, load_extractor
     from pipkie.data.errors import DataError
+    from pipkie.eval.gold import parse_key_map
     from pipkie.train.label import label_folder
 
     schema = key_schema(keys, None)
     try:
-        renames = dict(pair.split("=", 1) for pair in store_as.split(",")) if store_as else {}
-    except ValueError:
-        raise typer.BadParameter("expected key=field pairs separated by commas", param_hint="--store-as") from None
+        renames = parse_key_map(store_as, "--store-as", "KEY=FIELD")
+    except ValueError as e:
+        raise typer.BadParameter(
+            f"expected key=field pairs separated by commas ({e})", param_hint="--store-as"
+        ) from None
     n = set_threads(threads)
     typer.echo(f"threads: {n}", err=True)
     ex = load_extractor(model, n, "rapidocr")

@@ -24,8 +24,8 @@ from pipkie.io.document import Document, Word
 from pipkie.io.ocr_folder import ocr_folder, output_path
 
 
-def parse_key_map(spec: str | dict | None) -> dict[str, str]:
-    """`"a=x,b=y"` (or a dict) → {requested key: gold key}; a malformed map raises ValueError."""
+def parse_key_map(spec: str | dict | None, option: str = "--key-map", form: str = "KEY=GOLD_KEY") -> dict[str, str]:
+    """`"a=x,b=y"` (or a dict) → {key: other name}; a malformed map raises ValueError naming `option`."""
     if not spec:
         return {}
     if isinstance(spec, dict):
@@ -34,9 +34,9 @@ def parse_key_map(spec: str | dict | None) -> dict[str, str]:
     for item in spec.split(","):
         key, sep, gold = (s.strip() for s in item.partition("="))
         if not sep or not key or not gold:
-            raise ValueError(f"--key-map: {item.strip()!r} is not KEY=GOLD_KEY (e.g. company=store_name)")
+            raise ValueError(f"{option}: {item.strip()!r} is not {form} (e.g. company=store_name)")
         if key in out:
-            raise ValueError(f"--key-map: {key!r} is mapped twice")
+            raise ValueError(f"{option}: {key!r} is mapped twice")
         out[key] = gold
     return out
 

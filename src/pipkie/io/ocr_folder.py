@@ -25,6 +25,13 @@ from pipkie.io.loaders import DocumentError, load_document
 EXTENSIONS = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".gif", ".pdf"}
 
 
+def write_json_atomic(path: Path, record: dict) -> None:
+    """Write `record` as JSON to a temporary name and rename it: a kill never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
+    tmp.rename(path)
+
+
 def list_inputs(src: str | Path) -> list[Path]:
     """Images and PDFs under `src` (a folder, searched recursively, or one file), sorted."""
     root = Path(src)
@@ -92,9 +99,7 @@ def ocr_folder(
         record = doc.to_dict()
         record.update(id=doc_id(path, src), normalized=True)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
-        tmp.rename(target)
+        write_json_atomic(target, record)
         stats["done"] += 1
     stats["seconds"] = round(time.time() - t0, 1)
     return stats

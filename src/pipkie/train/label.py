@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pipkie.data.words import read_words
 from pipkie.io.document import Document
+from pipkie.io.ocr_folder import write_json_atomic
 from pipkie.schema import KeySchema, SchemaError
 
 MANIFEST = "labels.jsonl"
@@ -72,9 +73,7 @@ def _write_doc(path: Path, doc: Document, fields: dict[str, str]) -> None:
     else:
         record = {**doc.to_dict(), "normalized": True, "fields": {}}
     record["fields"].update({k: [v] for k, v in fields.items()})
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
-    tmp.rename(path)
+    write_json_atomic(path, record)
 
 
 def _file_name(doc_id: str) -> str:
