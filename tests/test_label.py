@@ -11,7 +11,7 @@ from pipkie.data import read_dataset
 from pipkie.extract import Extraction, Field
 from pipkie.io.document import Document, Word
 from pipkie.schema import SchemaError
-from pipkie.train.label import MANIFEST, SUMMARY, label_folder
+from pipkie.train.label import MANIFEST, SUMMARY, label_folder, summed_run
 from pipkie.train.mixture import Mixture, templates
 
 
@@ -29,6 +29,8 @@ class FakeExtractor:
             self.asked.append(d.id)
             got = self.answers[d.id]
             fields = {k.name: Field(*got.get(k.name, (None, 0.5))) for k in schema.keys}
+            for g in schema.groups:  # a list: [{field: (value, confidence)}, ...]
+                fields[g.name] = [{n: Field(*v) for n, v in it.items()} for it in got.get(g.name, [])]
             out.append(Extraction(d.id, fields, "pip", 0.0))
         return out
 
@@ -87,12 +89,76 @@ def test_a_torn_manifest_line_is_labelled_again(tmp_path):
 def test_lists_thresholds_and_renames_of_keys_not_asked_are_refused(tmp_path):
     write_words(tmp_path / "src", ["a"])
     ex = FakeExtractor({"a": {}})
-    with pytest.raises(SchemaError, match="flat keys only"):
-        label_folder(ex, tmp_path / "src", tmp_path / "out", keys="items[name,price]")
+    with pytest.raises(SchemaError, match="give sum_to"):
+        label_folder(ex, tmp_path / "src", tmp_path / "out", keys="total,items[name,price]")
+    with pytest.raises(SchemaError, match="not asked: subtotal"):
+        label_folder(ex, tmp_path / "src", tmp_path / "out", keys="total,items[name,price]", sum_to=("subtotal",))
+    with pytest.raises(SchemaError, match="with price among them"):
+        label_folder(ex, tmp_path / "src", tmp_path / "out", keys="total,items[name,cost]", sum_to=("total",))
+    with pytest.raises(SchemaError, match="ask for one"):
+        label_folder(ex, tmp_path / "src", tmp_path / "out", keys="total", sum_to=("total",))
     with pytest.raises(ValueError, match="min_confidence"):
         label_folder(ex, tmp_path / "src", tmp_path / "out", keys="total", min_confidence=0)
     with pytest.raises(ValueError, match="not asked: company"):
         label_folder(ex, tmp_path / "src", tmp_path / "out", keys="total", store_as={"company": "x"})
+
+
+def test_the_summed_run_is_the_earliest_then_longest_of_two_or_more_prices_adding_up():
+    # header line (no price), two items adding up to the subtotal, the SUBTOTAL and TAX lines (which
+    # add up to the total too, later), the TOTAL line
+    prices = [None, 300, 450, 750, 60, 810]
+    assert summed_run(prices, {750, 810}) == (1, 3)
+    assert summed_run([750, 300, 450], {750}) == (1, 3)  # one price equal to the total proves nothing
+    assert summed_run([100, 200, -50, 250], {250, 300}) == (0, 3)  # a discount line; the longest from 0
+    assert summed_run([100, None, 200], {300}) is None  # a line without an amount breaks a run
+    assert summed_run([0, 0], {0}) is None and summed_run([], {5}) is None
+
+
+def test_a_list_is_kept_only_as_the_run_of_items_whose_prices_add_up_to_an_amount_read(tmp_path):
+    write_words(tmp_path / "src", ["a", "b"])
+    items = [
+        {"name": ("STORE 12", 0.4), "price": (None, 0.3)},  # a header line taken for an item
+        {"name": ("Coke", 0.8), "price": ("$3.00", 0.6)},
+        {"name": ("Bread", 0.7), "price": ("4,50", 0.5)},
+        {"name": ("TOTAL", 0.9), "price": ("7.50", 0.9)},
+    ]
+    answers = {
+        "a": {"total": ("$7.50", 0.4), "items": items},  # an unsure total still checks the sum
+        "b": {"total": ("9.99", 0.95), "items": items},  # no run adds up to 9.99: the list is dropped
+    }
+    stats = label_folder(
+        FakeExtractor(answers),
+        tmp_path / "src",
+        tmp_path / "out",
+        keys="total:money,items[name,price:money]",
+        sum_to=("total",),
+        progress=False,
+    )
+    assert stats["kept"] == {"total": 2, "items": 1} and stats["labelled"] == 2
+    docs = {d.id: d for d in read_dataset("words", tmp_path / "out", "docs")}
+    # the unsure total is kept: the items add up to it
+    assert docs["a"].fields == {"items.name": ["Coke", "Bread"], "items.price": ["$3.00", "4,50"], "total": ["$7.50"]}
+    assert docs["b"].fields == {"total": ["9.99"]}
+    rows = {r["id"]: r for r in map(json.loads, (tmp_path / "out" / MANIFEST).read_text().splitlines())}
+    assert rows["a"]["keys"] == "total,items[name,price]" and rows["a"]["answers"]["items"]["kept"] == [1, 3]
+    assert rows["b"]["answers"]["items"]["kept"] is None and len(rows["b"]["answers"]["items"]["items"]) == 4
+    mix = Mixture.from_config(
+        [{"source": "dataset", "name": "words", "data_dir": str(tmp_path / "out"), "split": "docs", "items": 1.0}]
+    )
+    doc = docs["a"]
+    ((schema, values),) = templates(
+        mix.sources[0],
+        doc,
+        random.Random(0),
+        1,
+        value_len=len,
+        key_dropout=0.3,
+        absent=0.5,
+        items=1.0,
+        item_room=400,
+        variation=0.0,
+    )
+    assert [it["name"] for it in values[schema.groups[0].name]] == ["Coke", "Bread"]
 
 
 def test_pseudo_labelled_documents_train_as_a_supervised_mixture_source(tmp_path):
@@ -124,5 +190,9 @@ def test_pipkie_label_command_labels_with_the_shipped_model_and_says_what_is_wro
         app, ["label", str(tmp_path / "src"), "--out", str(tmp_path / "o2"), "--keys", "total", "--store-as", "x"]
     )
     assert bad.exit_code == 2 and "key=field" in bad.output
+    no_sum = run(
+        app, ["label", str(tmp_path / "src"), "--out", str(tmp_path / "o4"), "--keys", "total,items[name,price]"]
+    )
+    assert no_sum.exit_code == 2 and "--sum-to" in no_sum.output
     missing = run(app, ["label", str(tmp_path / "nope"), "--out", str(tmp_path / "o3"), "--keys", "total"])
     assert missing.exit_code == 1 and "no such directory" in missing.output

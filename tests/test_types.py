@@ -140,3 +140,22 @@ def test_a_lists_typed_field_answers_its_type_or_unknown(tiny_copy_extractor, ti
     assert any(v is not None and not is_typed("money", v) for v in prices)  # the check can fail
     assert all(it["price"].value is None or is_typed("money", it["price"].value) for it in typed)
     assert [it["name"].value for it in typed] == [it["name"].value for it in plain]
+
+
+def test_amounts_are_read_in_cents_across_decimal_marks_and_signs():
+    from pipkie.decoding.types import amount_cents
+
+    cases = {
+        "$1,234.56": 123456,
+        "12,00 EUR": 1200,
+        "1.234,56": 123456,
+        "-5.00": -500,
+        "(5.00)": -500,
+        "$108.85-": -10885,
+        "RM 12.50": 1250,
+        "224,400": 22440000,
+        "12.5": 1250,
+        "RM0.02": 2,
+    }
+    assert {t: amount_cents(t) for t in cases} == cases
+    assert [amount_cents(t) for t in ("2545", "1", "Subtotal146.00", None)] == [None] * 4

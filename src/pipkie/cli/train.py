@@ -156,17 +156,25 @@ def soup(
 def label(
     src: Path = typer.Argument(..., help="a folder of JSON-words documents (`pipkie ocr`'s output)"),
     out: Path = typer.Option(..., help="folder of the labelled documents (read back as the dataset `words`)"),
-    keys: str = typer.Option(..., help='flat keys to label, e.g. "company,date:date,total:money"'),
+    keys: str = typer.Option(
+        ...,
+        help='keys to label, e.g. "company,date:date,total:money" or "total:money,items[name,price:money]"',
+    ),
     min_confidence: float = typer.Option(0.9, help="keep a value when its (calibrated) confidence is at least this"),
     store_as: Optional[str] = typer.Option(None, help="key=field,...: store a key's values under another name"),
+    sum_to: Optional[str] = typer.Option(
+        None,
+        help="asked keys whose amount a list's prices must add up to (e.g. subtotal,total) for it to be kept",
+    ),
     model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped one)"),
     batch_size: int = typer.Option(4, min=1),
     limit: Optional[int] = typer.Option(None, help="at most this many documents of SRC"),
     threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
 ):
     """Pseudo-labels for self-training (pipkie.train.label): the model's confident answers on unlabelled
-    documents become their fields, for a `words` source of a training mixture. Resumable; a second
-    call with other keys adds their fields to the same documents."""
+    documents become their fields, for a `words` source of a training mixture; a list's items are kept
+    when a run of them adds up to an amount read with them (--sum-to). Resumable; a second call with
+    other keys adds their fields to the same documents."""
     from pipkie.cli.common import error, key_schema, load_extractor
     from pipkie.data.errors import DataError
     from pipkie.eval.gold import parse_key_map
@@ -190,6 +198,7 @@ def label(
             keys=schema,
             min_confidence=min_confidence,
             store_as=renames,
+            sum_to=tuple(k.strip() for k in sum_to.split(",") if k.strip()) if sum_to else (),
             batch_size=batch_size,
             limit=limit,
         )

@@ -69,6 +69,24 @@ def is_typed(kind: str, value: str | None) -> bool:
     return value is not None and VALUE_TYPES[kind].fullmatch(value.strip()) is not None
 
 
+def amount_cents(value: str | None) -> int | None:
+    """A money value's amount in cents (`$1,234.56` -> 123456, `12,00 EUR` -> 1200, `-5.00` and
+    `(5.00)` -> -500), None when the value is not money. The last `.` or `,` is the decimal mark when
+    one or two digits follow it (`224,400` is two hundred twenty-four thousand four hundred); other
+    separators group thousands."""
+    if not is_typed("money", value):
+        return None
+    text = value.strip()
+    number = re.search(r"\d[\d,.\s']*", text).group().rstrip(",. '")
+    whole, cents = number, "0"
+    mark = re.search(r"[.,](\d{1,2})$", number)
+    if mark:
+        whole, cents = number[: mark.start()], mark.group(1).ljust(2, "0")
+    amount = int(re.sub(r"\D", "", whole) or "0") * 100 + int(cents)
+    negative = text.startswith(("-", "(")) or text.endswith(("-", ")")) or re.search(r"-\s?\d", text)
+    return -amount if negative else amount
+
+
 def reject(kind: str | None, value: str | None) -> str | None:
     """The value, or None (`unknown`) when it is not of its type (kind None: any value)."""
     return value if kind is None or value is None or is_typed(kind, value) else None
