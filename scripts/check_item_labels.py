@@ -16,6 +16,7 @@ from pathlib import Path
 from pipkie.data import read_dataset
 from pipkie.eval.metrics import ItemScores
 from pipkie.train.keys import document_items
+from pipkie.train.label import manifest_rows
 
 
 def main() -> None:
@@ -36,7 +37,7 @@ def main() -> None:
         print(f"wrote {len(docs)} documents to {a.folder}")
         return
     gold = {d.id: document_items(d) for d in docs}
-    rows = [json.loads(x) for x in (a.folder / "labels.jsonl").read_text().splitlines() if x.strip()]
+    rows = manifest_rows(a.folder)
     fields = ("name", "quantity", "price")
     kept, unchecked = ItemScores(fields), ItemScores(fields)
     for r in rows:

@@ -11,7 +11,7 @@ from pipkie.data import read_dataset
 from pipkie.extract import Extraction, Field
 from pipkie.io.document import Document, Word
 from pipkie.schema import SchemaError
-from pipkie.train.label import MANIFEST, SUMMARY, label_folder, summed_run
+from pipkie.train.label import MANIFEST, SUMMARY, label_folder, manifest_rows, summed_run
 from pipkie.train.mixture import Mixture, templates
 
 
@@ -84,6 +84,20 @@ def test_a_torn_manifest_line_is_labelled_again(tmp_path):
     ex.asked.clear()
     label_folder(ex, tmp_path / "src", tmp_path / "out", keys="company", progress=False)
     assert ex.asked == []  # the row written after the torn line stands on its own line
+
+
+def test_shards_label_disjoint_documents_into_their_own_manifests_and_resume_across_them(tmp_path):
+    write_words(tmp_path / "src", ["a", "b", "c", "d", "e"])
+    ex = FakeExtractor({i: {"total": ("9.99", 0.99)} for i in "abcde"})
+    for i in (0, 1):
+        label_folder(ex, tmp_path / "src", tmp_path / "out", keys="total", shard=(i, 2), progress=False)
+    assert ex.asked == ["a", "c", "e", "b", "d"]
+    assert sorted(p.name for p in (tmp_path / "out").glob("labels*")) == ["labels-0of2.jsonl", "labels-1of2.jsonl"]
+    assert sorted(r["id"] for r in manifest_rows(tmp_path / "out")) == list("abcde")
+    ex.asked.clear()
+    assert label_folder(ex, tmp_path / "src", tmp_path / "out", keys="total", progress=False)["documents"] == 0
+    with pytest.raises(ValueError, match="shard"):
+        label_folder(ex, tmp_path / "src", tmp_path / "out", keys="total", shard=(2, 2))
 
 
 def test_lists_thresholds_and_renames_of_keys_not_asked_are_refused(tmp_path):

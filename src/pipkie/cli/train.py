@@ -169,6 +169,7 @@ def label(
     model: Optional[str] = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped one)"),
     batch_size: int = typer.Option(4, min=1),
     limit: Optional[int] = typer.Option(None, help="at most this many documents of SRC"),
+    shard: str = typer.Option("0/1", help="I/N: every N-th document from the I-th (run N processes to use N cores)"),
     threads: Optional[int] = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
 ):
     """Pseudo-labels for self-training (pipkie.train.label): the model's confident answers on unlabelled
@@ -187,6 +188,12 @@ def label(
         raise typer.BadParameter(
             f"expected key=field pairs separated by commas ({e})", param_hint="--store-as"
         ) from None
+    try:
+        part = tuple(int(v) for v in shard.split("/"))
+        if len(part) != 2 or not 0 <= part[0] < part[1]:
+            raise ValueError
+    except ValueError:
+        raise typer.BadParameter(f"expected I/N with 0 <= I < N, got {shard!r}", param_hint="--shard") from None
     n = set_threads(threads)
     typer.echo(f"threads: {n}", err=True)
     ex = load_extractor(model, n, "rapidocr")
@@ -201,6 +208,7 @@ def label(
             sum_to=tuple(k.strip() for k in sum_to.split(",") if k.strip()) if sum_to else (),
             batch_size=batch_size,
             limit=limit,
+            shard=part,
         )
     except DataError as e:
         error(str(e))

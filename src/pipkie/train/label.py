@@ -50,17 +50,28 @@ def _key_group(schema: KeySchema) -> str:
     return ",".join([k.name for k in schema.keys] + lists)
 
 
+def manifest_name(shard: tuple[int, int] = (0, 1)) -> str:
+    """`labels.jsonl`, or `labels-{i}of{n}.jsonl` for shard i of n (each process appends to its own)."""
+    i, n = shard
+    return MANIFEST if n == 1 else f"labels-{i}of{n}.jsonl"
+
+
+def manifest_rows(out: Path) -> list[dict]:
+    """Every row of the manifests in `out` (all shards'; a torn line is skipped)."""
+    rows = []
+    for path in sorted(Path(out).glob("labels*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a run killed mid-write: that document is labelled again
+    return rows
+
+
 def done_groups(out: Path) -> dict[str, set[str]]:
-    """Document id -> the key groups already labelled (from `labels.jsonl`; a torn last line is ignored)."""
+    """Document id -> the key groups already labelled (from the manifests; a torn line is ignored)."""
     done: dict[str, set[str]] = {}
-    path = out / MANIFEST
-    if not path.exists():
-        return done
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a run killed mid-write: that document is labelled again
+    for row in manifest_rows(out):
         done.setdefault(row["id"], set()).add(row["keys"])
     return done
 
@@ -160,6 +171,7 @@ def label_folder(
     sum_to: tuple[str, ...] = (),
     batch_size: int = 4,
     limit: int | None = None,
+    shard: tuple[int, int] = (0, 1),
     progress: bool = True,
 ) -> dict:
     """Label every document of `src` not yet labelled with these keys; returns counts per key.
@@ -167,9 +179,13 @@ def label_folder(
     `store_as` renames fields on the way out (`{"company": "store_name"}`: ask the model the key it
     reads best, store it under the training data's canonical name, `pipkie.train.keys.ALIASES`).
     `sum_to`: the flat keys whose amounts a list's prices must add up to (module docstring); the
-    list is stored as `items.<field>` columns, as the readers store line items."""
+    list is stored as `items.<field>` columns, as the readers store line items. `shard=(i, n)`: only
+    every n-th document from the i-th, its rows in its own manifest (n processes use n cores)."""
     if not 0.0 < min_confidence <= 1.0:
         raise ValueError(f"min_confidence must be in (0, 1], got {min_confidence}")
+    index, count = shard
+    if not 0 <= index < count:
+        raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard}")
     schema = keys if isinstance(keys, KeySchema) else KeySchema.resolve(keys)
     sum_to = tuple(sum_to)
     _check_lists(schema, sum_to)
@@ -182,15 +198,20 @@ def label_folder(
     group = _key_group(schema)
     lists = {g.name for g in schema.groups}
     done = done_groups(out)
-    docs = [d for d in read_words(src, "all", limit=limit) if group not in done.get(d.id, set())]
+    docs = [
+        d
+        for j, d in enumerate(read_words(src, "all", limit=limit))
+        if j % count == index and group not in done.get(d.id, set())
+    ]
     kept = {store_as.get(k.name, k.name): 0 for k in schema.keys}
     kept.update({g.name: 0 for g in schema.groups})  # documents whose list was kept
     stats = {"documents": len(docs), "labelled": 0, "values": 0, "kept": kept}
     from tqdm import tqdm
 
     bar = tqdm(total=len(docs), unit="doc", file=sys.stderr, disable=not progress, mininterval=10, desc="label")
-    with open(out / MANIFEST, "a", encoding="utf-8") as manifest:
-        if _torn(out / MANIFEST):
+    path = out / manifest_name(shard)
+    with open(path, "a", encoding="utf-8") as manifest:
+        if _torn(path):
             manifest.write("\n")  # end the line a kill tore, so that the next row starts on its own line
         for i in range(0, len(docs), batch_size):
             chunk = docs[i : i + batch_size]
@@ -223,7 +244,15 @@ def label_folder(
     summary_path = out / SUMMARY
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"runs": []}
     summary["runs"].append(
-        {"model": str(extractor.name), "keys": group, "min_confidence": min_confidence, "store_as": store_as, **stats}
+        {
+            "model": str(extractor.name),
+            "keys": group,
+            "min_confidence": min_confidence,
+            "store_as": store_as,
+            **({"sum_to": list(sum_to)} if sum_to else {}),
+            **({"shard": f"{index}/{count}"} if count > 1 else {}),
+            **stats,
+        }
     )
     summary_path.write_text(json.dumps(summary, indent=2, ensure_ascii=False))
     return stats
