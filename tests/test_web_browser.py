@@ -60,7 +60,10 @@ def site(tiny_extractor):
     binary, driver = require_browser()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("pipkie.decoding.pip.pip_decode", reading(ANSWERS))
-        with LiveServer(create_app(tiny_extractor, max_upload_mb=MAX_UPLOAD_MB)) as server:
+        # a deadline far above the default 15 s: these tests are about the page, and on a busy machine
+        # the service's own estimate of a photo's OCR can pass 15 s and answer 503 (deadlines: test_serve_limits)
+        app = create_app(tiny_extractor, max_upload_mb=MAX_UPLOAD_MB, request_timeout_s=120)
+        with LiveServer(app) as server:
             yield server, binary, driver
 
 
