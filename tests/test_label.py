@@ -121,9 +121,9 @@ def test_the_summed_run_is_the_earliest_then_longest_of_two_or_more_prices_addin
     # header line (no price), two items adding up to the subtotal, the SUBTOTAL and TAX lines (which
     # add up to the total too, later), the TOTAL line
     prices = [None, 300, 450, 750, 60, 810]
-    assert summed_run(prices, {750, 810}) == (1, 3)
-    assert summed_run([750, 300, 450], {750}) == (1, 3)  # one price equal to the total proves nothing
-    assert summed_run([100, 200, -50, 250], {250, 300}) == (0, 3)  # a discount line; the longest from 0
+    assert summed_run(prices, {750, 810}) == (1, 3, 750)
+    assert summed_run([750, 300, 450], {750}) == (1, 3, 750)  # one price equal to the total proves nothing
+    assert summed_run([100, 200, -50, 250], {250, 300}) == (0, 3, 250)  # a discount line; the longest from 0
     assert summed_run([100, None, 200], {300}) is None  # a line without an amount breaks a run
     assert summed_run([0, 0], {0}) is None and summed_run([], {5}) is None
 
@@ -210,3 +210,6 @@ def test_pipkie_label_command_labels_with_the_shipped_model_and_says_what_is_wro
     assert no_sum.exit_code == 2 and "--sum-to" in no_sum.output
     missing = run(app, ["label", str(tmp_path / "nope"), "--out", str(tmp_path / "o3"), "--keys", "total"])
     assert missing.exit_code == 1 and "no such directory" in missing.output
+    shard = run(app, ["label", str(tmp_path / "src"), "--out", str(tmp_path / "o5"), "--keys", "total", "--shard", "1"])
+    said = " ".join(shard.output.replace("│", " ").split())  # rich wraps the message in a box
+    assert shard.exit_code == 2 and "expected I/N, got '1'" in said and not (tmp_path / "o5").exists()

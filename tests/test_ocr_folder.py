@@ -53,6 +53,8 @@ def test_cli_ocr_shards_and_bad_arguments(tmp_path):
     src.mkdir()
     res = runner.invoke(app, ["ocr", str(src), "--out", str(tmp_path / "o"), "--shard", "2/2"])
     assert res.exit_code != 0 and "shard must be (i, n)" in _said(res)
+    res = runner.invoke(app, ["ocr", str(src), "--out", str(tmp_path / "o"), "--shard", "a/b"])
+    assert res.exit_code != 0 and "expected I/N, got 'a/b'" in _said(res)
     res = runner.invoke(app, ["ocr", str(src), "--out", str(tmp_path / "o"), "--shard", "1/2"])
     stats = json.loads(res.output[res.output.index("{") :].splitlines()[0])  # after the progress bar (stderr)
     assert res.exit_code == 0 and (stats["done"], stats["skipped"], stats["failed"]) == (0, 0, 0)

@@ -98,3 +98,16 @@ def int_list(text: str, option: str) -> list[int]:
     if not out or min(out) < 1:
         raise typer.BadParameter(f"expected positive integers separated by commas, got {text!r}", param_hint=option)
     return out
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """ "I/N" -> (I, N) with 0 <= I < N: the part of a folder one of N processes takes; else a usage error."""
+    try:
+        part = tuple(int(v) for v in text.split("/"))
+    except ValueError:
+        part = ()
+    if len(part) != 2 or not 0 <= part[0] < part[1]:
+        raise typer.BadParameter(
+            f"shard must be (i, n) with 0 <= i < n: expected I/N, got {text!r}", param_hint="--shard"
+        )
+    return part

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from pipkie.cli.common import app, decoder_help, error, key_schema, load_extractor, set_threads
+from pipkie.cli.common import app, decoder_help, error, key_schema, load_extractor, parse_shard, set_threads
 
 
 @app.command()
@@ -220,11 +220,9 @@ def ocr(
     """
     from pipkie.io.ocr_folder import ocr_folder
 
+    part = parse_shard(shard)
     try:
-        i, n = (int(v) for v in shard.split("/"))
-        stats = ocr_folder(src, out, engine=engine, threads=set_threads(threads), limit=limit, shard=(i, n))
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--shard") from None
+        stats = ocr_folder(src, out, engine=engine, threads=set_threads(threads), limit=limit, shard=part)
     except FileNotFoundError as e:
         raise typer.BadParameter(str(e), param_hint="SRC") from None
     typer.echo(json.dumps(stats))

@@ -16,7 +16,7 @@ from typing import Optional
 
 import typer
 
-from pipkie.cli.common import app, set_threads
+from pipkie.cli.common import app, parse_shard, set_threads
 from pipkie.train.config import TrainConfig
 
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list[str]": list[str]}
@@ -188,12 +188,7 @@ def label(
         raise typer.BadParameter(
             f"expected key=field pairs separated by commas ({e})", param_hint="--store-as"
         ) from None
-    try:
-        part = tuple(int(v) for v in shard.split("/"))
-        if len(part) != 2 or not 0 <= part[0] < part[1]:
-            raise ValueError
-    except ValueError:
-        raise typer.BadParameter(f"expected I/N with 0 <= I < N, got {shard!r}", param_hint="--shard") from None
+    part = parse_shard(shard)
     n = set_threads(threads)
     typer.echo(f"threads: {n}", err=True)
     ex = load_extractor(model, n, "rapidocr")

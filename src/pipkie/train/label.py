@@ -96,9 +96,9 @@ def _write_doc(path: Path, doc: Document, fields: dict[str, str | list[str]]) ->
     write_json_atomic(path, record)
 
 
-def summed_run(prices: list[int | None], targets: set[int]) -> tuple[int, int] | None:
-    """(start, end) of the earliest, then longest, run of at least two consecutive prices (in cents,
-    None: not an amount) that adds up to one of `targets`; None when there is none."""
+def summed_run(prices: list[int | None], targets: set[int]) -> tuple[int, int, int] | None:
+    """(start, end, target) of the earliest, then longest, run of at least two consecutive prices (in
+    cents, None: not an amount) and the one of `targets` it adds up to; None when there is none."""
     targets = {t for t in targets if t}
     for start in range(len(prices)):
         best, total = None, 0
@@ -107,7 +107,7 @@ def summed_run(prices: list[int | None], targets: set[int]) -> tuple[int, int] |
                 break
             total += prices[end]
             if end > start and total in targets:
-                best = (start, end + 1)
+                best = (start, end + 1, total)
         if best:
             return best
     return None
@@ -151,11 +151,11 @@ def _list_fields(res, group, sum_to: tuple[str, ...]) -> tuple[dict, dict[str, l
     items = [{n: x.value for n, x in it.items()} for it in res.fields[group.name]]
     amounts = {k: amount_cents(res.fields[k].value) for k in sum_to if k in res.fields}
     run = summed_run([amount_cents(it.get("price")) for it in items], set(amounts.values()) - {None})
-    entry = {"items": items, "kept": list(run) if run else None}
+    entry = {"items": items, "kept": list(run[:2]) if run else None}
     if run is None:
         return entry, {}, None
-    chosen = items[run[0] : run[1]]
-    total = sum(amount_cents(it["price"]) for it in chosen)
+    start, end, total = run
+    chosen = items[start:end]
     matched = next(k for k, a in amounts.items() if a == total)
     return entry, {f"items.{f.name}": [it.get(f.name) or "" for it in chosen] for f in group.fields}, matched
 
