@@ -25,13 +25,25 @@ OF_TYPE = {
         "20180428",
     ],
     "time": ["8:39AM", "13:46", "11:41A", "05:10:PM", "7:23:34P", "13h46", "8.39 pm"],
-    "money": ["$1,234.56", "12,00 EUR", "-5.00", "$108.85-", "£70.32", "Eur154,40", "224,400", "RM 12.50"],
+    "money": [
+        "$1,234.56",
+        "12,00 EUR",
+        "-5.00",
+        "$108.85-",
+        "£70.32",
+        "Eur154,40",
+        "224,400",
+        "RM 12.50",
+        "55.00S",  # a tax flag glued to the amount is part of the printed word
+        "8.59-A",
+        "5.00 €",
+    ],
     "phone": ["(714)879-3574", "+60 3-1234 5678", "206-441-9785", "04.3388325"],
 }
 NOT_OF_TYPE = {
     "date": ["206-441-9785", "12.99", "1 SOFTDRINKS 5", "7349944004", "8:39AM", "20181345"],
     "time": ["12.99", "12/30/2016", "TOTAL"],
-    "money": ["2545", "1", "Subtotal146.00", "12/30/2016"],
+    "money": ["2545", "1", "Subtotal146.00", "12/30/2016", "1.49 T", "33.99 -A", "5.00 S"],
     "phone": ["12.99", "$60.44", "Tel:"],
 }
 
@@ -42,6 +54,13 @@ def test_what_a_type_accepts_and_refuses(kind):
     assert [v for v in NOT_OF_TYPE[kind] if is_typed(kind, v)] == []
     assert reject(kind, NOT_OF_TYPE[kind][0]) is None and reject(kind, OF_TYPE[kind][0]) == OF_TYPE[kind][0]
     assert reject(None, "anything") == "anything"
+
+
+def test_a_value_read_a_word_too_far_keeps_its_typed_beginning():
+    assert reject("money", "1.49 T") == "1.49" and reject("money", "33.99 -A") == "33.99"
+    assert reject("money", "12,00 EUR") == "12,00 EUR"  # a currency is part of it
+    assert reject("date", "30/12/2016 13:45") == "30/12/2016" and reject("time", " 13:46  Table 4 ") == "13:46"
+    assert reject("money", "Subtotal146.00") is None and reject("money", "TOTAL 12.00") is None  # only a beginning
 
 
 def test_a_schema_says_the_type():
@@ -140,6 +159,25 @@ def test_a_lists_typed_field_answers_its_type_or_unknown(tiny_copy_extractor, ti
     assert any(v is not None and not is_typed("money", v) for v in prices)  # the check can fail
     assert all(it["price"].value is None or is_typed("money", it["price"].value) for it in typed)
     assert [it["name"].value for it in typed] == [it["name"].value for it in plain]
+
+
+def test_every_decoder_keeps_the_typed_beginning_of_a_value_read_too_far():
+    from pipkie.decoding.results import FieldResult
+    from pipkie.decoding.types import reject_untyped
+    from pipkie.model.groups import ItemsResult
+
+    schema = KeySchema.parse("total:money, date:date, items[name, price:money]")
+    item = {"name": FieldResult("COFFEE", 0.9), "price": FieldResult("4.50 T", 0.8, truncated=True)}
+    pred = {
+        "total": FieldResult("TOTAL 9.85", 0.7),
+        "date": FieldResult("12/30/2016 FRI", 0.6),
+        "items": ItemsResult(items=[item], confidence=0.8),
+    }
+    out = reject_untyped(pred, schema)
+    assert (out["total"].value, out["date"].value) == (None, "12/30/2016")
+    (kept,) = out["items"].items
+    assert (kept["name"].value, kept["price"].value, kept["price"].confidence) == ("COFFEE", "4.50", 0.8)
+    assert pred["items"].items[0]["price"].value == "4.50 T"  # the decoder's own results are not changed
 
 
 def test_amounts_are_read_in_cents_across_decimal_marks_and_signs():

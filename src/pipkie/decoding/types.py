@@ -11,8 +11,9 @@ model was not trained with it): it constrains decoding, in the same pass.
   tokens as that value takes), with the copy head's probability of that start as its confidence.
   When none of them does, the key answers `unknown`.
 - Every decoder, last (`reject_untyped`, in `Decoder.__call__` after values are snapped to words):
-  a value not of its type answers `unknown`. That is AR's whole rule, as it has no ranked
-  alternatives without decoding again; for PIP it catches what snapping made of a typed value.
+  a value not of its type keeps its longest beginning, cut between words, that is of it (a value
+  read one word too far: `1.49 T`), or answers `unknown`. That is AR's whole rule, as it has no
+  ranked alternatives without decoding again; for PIP it catches what snapping made of a typed value.
 
 A value *is* of its type when the type's pattern matches all of it (spaces at its ends aside).
 The patterns accept the ways receipts and invoices print these things across locales
@@ -47,10 +48,12 @@ VALUE_TYPES: dict[str, re.Pattern] = {
     # 12:30, 12:30:05, 13h46, 8.39 pm (a dot only with am/pm: 12.99 is a price)
     "time": re.compile(rf"\d{{1,2}}(?:[:h]\d{{2}}(?::\d{{2}})?(?:{_AMPM})?|\.\d{{2}}\s*[ap]\.?m\.?)(?!\d)", re.I),
     # an amount with cents or thousands groups, a currency before or after it, a sign or a trailing
-    # minus; a currency after it is a whole word (`RM0.02 RM14.20` is RM0.02, not `RM0.02 RM`)
+    # minus; a currency after it is a whole word (`RM0.02 RM14.20` is RM0.02, not `RM0.02 RM`), and a
+    # lone letter printed apart from the amount is a tax flag, not a currency (`1.49 T`, `33.99 -A`:
+    # the amount is 1.49; glued, `55.00S`, it is part of the printed word and kept)
     "money": re.compile(
         r"[-(]?(?:[^\d\s]{1,4}\s?)?-?(?:\d{1,3}(?:[,.\s']\d{3})+(?:[.,]\d{1,2})?|\d+[.,]\d{1,2})(?!\d)"
-        r"(?:\s?[^\d\s]{1,4}(?!\S))?-?\)?"
+        r"(?:(?:\s(?![-*]?[A-Za-z](?!\S)))?[^\d\s]{1,4}(?!\S))?-?\)?"
     ),
     "phone": re.compile(r"\+?\(?\d[\d\s().-]{5,}\d"),
 }
@@ -88,8 +91,13 @@ def amount_cents(value: str | None) -> int | None:
 
 
 def reject(kind: str | None, value: str | None) -> str | None:
-    """The value, or None (`unknown`) when it is not of its type (kind None: any value)."""
-    return value if kind is None or value is None or is_typed(kind, value) else None
+    """The value when it is of its type (kind None: any value); else its longest beginning, cut
+    between words, that is (`1.49 T` -> `1.49`, `30/12/2016 13:45` -> `30/12/2016`: a value read one
+    word too far); else None (`unknown`)."""
+    if kind is None or value is None or is_typed(kind, value):
+        return value
+    cuts = [m.start() for m in re.finditer(r"\s+", value.strip())]
+    return next((value.strip()[:c] for c in reversed(cuts) if is_typed(kind, value.strip()[:c])), None)
 
 
 def reject_untyped(pred: dict, schema) -> dict:
@@ -98,9 +106,10 @@ def reject_untyped(pred: dict, schema) -> dict:
     snapping, for every decoder)."""
 
     def checked(r, kind):
-        if kind and r is not None and r.value is not None and reject(kind, r.value) is None:
-            return replace(r, value=None, truncated=False)
-        return r
+        if not kind or r is None or r.value is None or is_typed(kind, r.value):
+            return r
+        kept = reject(kind, r.value)
+        return replace(r, value=kept, truncated=False) if kept is None else replace(r, value=kept)
 
     out = dict(pred)
     for k in schema:
