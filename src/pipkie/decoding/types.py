@@ -96,8 +96,9 @@ def reject(kind: str | None, value: str | None) -> str | None:
     word too far); else None (`unknown`)."""
     if kind is None or value is None or is_typed(kind, value):
         return value
-    cuts = [m.start() for m in re.finditer(r"\s+", value.strip())]
-    return next((value.strip()[:c] for c in reversed(cuts) if is_typed(kind, value.strip()[:c])), None)
+    text = value.strip()
+    cuts = [m.start() for m in re.finditer(r"\s+", text)]
+    return next((text[:c] for c in reversed(cuts) if is_typed(kind, text[:c])), None)
 
 
 def reject_untyped(pred: dict, schema) -> dict:
@@ -106,9 +107,9 @@ def reject_untyped(pred: dict, schema) -> dict:
     snapping, for every decoder)."""
 
     def checked(r, kind):
-        if not kind or r is None or r.value is None or is_typed(kind, r.value):
+        kept = reject(kind, r.value) if r is not None else None
+        if r is None or kept == r.value:
             return r
-        kept = reject(kind, r.value)
         return replace(r, value=kept, truncated=False) if kept is None else replace(r, value=kept)
 
     out = dict(pred)
