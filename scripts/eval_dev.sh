@@ -6,7 +6,9 @@
 # carved from SROIE train), kleister (Kleister-NDA dev-0), wr-items (WildReceipt dev line items,
 # items[name,quantity,price]), gen-items (the same on 100 held-out generated receipts),
 # wr-sroie-typed / wr-images-typed / wr-open-typed / sroie-dev-typed (the same keys with value types: date:date, total:money, tel:phone,
-# time:time, subtotal:money, tax:money; wr-items-typed / gen-items-typed: price:money; `pipkie.decoding.types`). Default: the first five.
+# time:time, subtotal:money, tax:money; wr-items-typed / gen-items-typed: price:money; `pipkie.decoding.types`);
+# wr-items-priced / gen-items-priced: the typed price required (`price:money!`: an item without one is
+# left out, `Group.required`). Default: the first five.
 # Outputs: results/dev/<suite>-<decode>-$TAG.json (+ .predictions.jsonl, resumed only under the
 # same settings) and a reliability diagram for the WildReceipt suites.
 set -euo pipefail
@@ -49,6 +51,9 @@ for suite in $SUITES; do
     gen-items) ev "$suite" --dataset generated --data-dir world_receipts --split dev --limit 100 \
                  --keys "items[name,quantity,price]" ;;
     wr-items-typed) ev "$suite" --dataset wildreceipt --data-dir "$WR" --split dev --keys "items[name,quantity,price:money]" ;;
+    wr-items-priced) ev "$suite" --dataset wildreceipt --data-dir "$WR" --split dev --keys "items[name,quantity,price:money!]" ;;
+    gen-items-priced) ev "$suite" --dataset generated --data-dir world_receipts --split dev --limit 100 \
+                 --keys "items[name,quantity,price:money!]" ;;
     gen-items-typed) ev "$suite" --dataset generated --data-dir world_receipts --split dev --limit 100 \
                  --keys "items[name,quantity,price:money]" ;;
     kleister)  ev "$suite" --dataset kleister_nda --data-dir ../shared/data/kleister_nda --split dev-0 \

@@ -40,6 +40,9 @@ def test_shorthand_json_schema_and_pydantic_agree(tmp_path):
     assert g.fields[0].description == "the product" and g.fields[2].max_chars == 10
     short = KeySchema.parse("company, total, items[name, quantity,price]")
     assert short.names == from_model.names and short.groups[0].names == g.names and short.groups[0].max_items is None
+    assert g.required == ("name", "price") and short.groups[0].required == ()  # fields without a default
+    marked = KeySchema.parse("items[name!, quantity, price:money!]").groups[0]
+    assert marked.required == ("name", "price") and marked.names == g.names and marked.fields[2].type == "money"
     p = tmp_path / "s.json"
     p.write_text(json.dumps(Receipt.model_json_schema()))
     assert KeySchema.parse(str(p)) == from_model
@@ -102,6 +105,17 @@ def test_shorthand_json_schema_and_pydantic_agree(tmp_path):
         ),
         ({"properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Nope"}}}}, "cannot follow"),
         ({"properties": {"n": {"type": "integer"}}}, "must be a string"),
+        (
+            {
+                "properties": {
+                    "items": {
+                        "type": "array",
+                        "items": {"type": "object", "properties": {"n": {"type": "string"}}, "required": ["cost"]},
+                    }
+                }
+            },
+            "required field 'cost' is not one of its fields",
+        ),
     ],
 )
 def test_list_schema_errors(spec, message):
@@ -356,6 +370,29 @@ def test_collect_stops_at_the_first_group_that_says_no_more(tokenizer):
     assert out.value == [{"name": "berry", "price": "3/1"}] and not out.truncated  # item 1 read nothing: left out
     full = collect(g, [(0, "name", FieldResult("a", 0.9), False)], lambda: FieldResult(None, 0.0))
     assert full.value == [{"name": "a", "price": None}] and full.truncated  # no stop: the list may go on
+
+
+def test_items_without_a_required_field_are_left_out_for_every_decoder(tokenizer, monkeypatch):
+    """`price!`: an item whose price is unknown once typed (a TOTAL line taken for an item, a price
+    that is not an amount) is not an item; the items around it stay, in order. Without `!` it stays."""
+    from pipkie.decoding import get_decoder
+    from pipkie.decoding.pip import PipDecoder
+
+    b = TemplateBuilder(tokenizer, max_length=256, default_budget=5)
+    read = [("berry", "3/1 *"), ("TOTAL", None), ("cedar", "two"), ("ember", "12.40")]
+
+    def fake(self, model, builder, texts, schemas, **kw):
+        items = [{"name": FieldResult(n, 0.9), "price": FieldResult(p, 0.8)} for n, p in read]
+        return [{"items": ItemsResult(items, 0.7)} for _ in texts]
+
+    monkeypatch.setattr(PipDecoder, "decode", fake)
+    text = "berry 3/1 *\nTOTAL\ncedar two\nember 12.40\ntotal 15.40"
+    (pred,) = get_decoder("pip")(None, b, [text], [KeySchema.parse("items[name,price:money!]")])
+    assert pred["items"].value == [{"name": "ember", "price": "12.40"}]  # `3/1 *` and `two` are no amounts
+    (pred,) = get_decoder("pip")(None, b, [text], [KeySchema.parse("items[name,price!]")])
+    assert [it["name"] for it in pred["items"].value] == ["berry", "cedar", "ember"]
+    (pred,) = get_decoder("pip")(None, b, [text], [KeySchema.parse("items[name,price]")])
+    assert len(pred["items"].value) == 4
 
 
 def test_pip_collects_items_from_slot_tokens(tokenizer):

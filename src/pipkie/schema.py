@@ -16,6 +16,10 @@ in one pass like the flat keys (`pipkie.model.groups`). It comes from a JSON-sch
 template has room for (None: the template builder's default, `pipkie.model.groups.items_budget`). One
 level only: an item's fields are strings.
 
+A list may say which fields every item must have (`Group.required`: JSON schema's `required`,
+pydantic's fields without a default, `items[name,price!]`): an item read without one of them is left
+out of the list (`pipkie.model.groups.keep_complete`).
+
 A key, flat or an item's field, may have a value type (`Key.type`: date, time, money, phone;
 `"date:date"` or `"items[name,price:money]"` in the shorthand, JSON schema's `"format": "date"` or
 `"x-type": "money"`): decoding then answers a value of that type or `unknown` (`pipkie.decoding.types`).
@@ -86,6 +90,10 @@ class Group:
     name: str
     fields: tuple[Key, ...]
     max_items: int | None = None  # items the template has room for; None: the builder's default
+    # fields every item must have: an item read without one of them is not an item of this list and
+    # is left out (JSON schema's `required` of the item object, pydantic's fields without a default,
+    # `price!` in the shorthand). A header or total line taken for an item has no price of its own.
+    required: tuple[str, ...] = ()
 
     def __post_init__(self):
         name = Key(self.name).name  # the same rules as a key's name
@@ -100,6 +108,11 @@ class Group:
         if twice:
             raise SchemaError(f"list {name!r}: field {twice!r} is given twice")
         object.__setattr__(self, "fields", fields)
+        required = tuple(self.required)
+        unknown = next((r for r in required if r not in names), None)
+        if unknown is not None:
+            raise SchemaError(f"list {name!r}: required field {unknown!r} is not one of its fields {names}")
+        object.__setattr__(self, "required", required)
         m = self.max_items
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_ITEMS):
             raise SchemaError(f"list {name!r}: maxItems must be an integer between 1 and {MAX_ITEMS}, got {m!r}")
@@ -215,7 +228,10 @@ class KeySchema:
             ]
             if max_items is not None and (isinstance(max_items, bool) or not isinstance(max_items, int)):
                 raise SchemaError(f"list {name!r}: maxItems must be an integer, got {max_items!r}")
-            groups.append(Group(name, tuple(fields), max_items))
+            required = _resolve(items, schema).get("required") or ()
+            if not isinstance(required, list | tuple) or not all(isinstance(r, str) for r in required):
+                raise SchemaError(f"list {name!r}: 'required' must be a list of field names, got {required!r}")
+            groups.append(Group(name, tuple(fields), max_items, tuple(required)))
         return cls(tuple(keys), tuple(groups))
 
 
@@ -307,14 +323,16 @@ def split_keys(spec: str) -> list[str]:
 
 
 def parse_group(spec: str) -> Group:
-    """ "items[name, quantity, price]" -> Group("items", (name, quantity, price))."""
+    """ "items[name, quantity, price]" -> Group("items", (name, quantity, price)); a field written
+    with a `!` after it (`price!`, `price:money!`) is one every item must have (`Group.required`)."""
     m = _GROUP.match(spec)
     if not m:
         raise SchemaError(f"{spec[:80]!r} is not a list of fields: write it as items[name,price] (one level)")
     fields = [f.strip() for f in m.group(2).split(",")]
     if not any(fields):
         raise SchemaError(f"list {m.group(1)!r} has no fields: give them as {m.group(1)}[name,price]")
-    return Group(m.group(1), tuple(named_key(f) for f in fields))
+    required = tuple(f.rstrip("!").partition(":")[0].strip() for f in fields if f.endswith("!"))
+    return Group(m.group(1), tuple(named_key(f.rstrip("!")) for f in fields), required=required)
 
 
 def named_key(spec: str) -> Key:

@@ -70,9 +70,10 @@ class Decoder(ABC):
         """`decode` (each list's K cut to its document's lines + 1: `pipkie.model.groups.within_lines`),
         and with `snap` every value that ends inside a document word completed to the
         word's end (`pipkie.decoding.snap`), then a typed key's value not of its type made unknown
-        (`pipkie.decoding.types`), then a value below its key's `abstain` threshold made unknown
-        (`pipkie.decoding.abstain`: the model's `Settings.abstention`), for every decoder alike."""
-        from pipkie.model.groups import within_lines
+        (`pipkie.decoding.types`), then a list's items without a required field left out
+        (`pipkie.model.groups.keep_complete`), then a value below its key's `abstain` threshold made
+        unknown (`pipkie.decoding.abstain`: the model's `Settings.abstention`), for every decoder alike."""
+        from pipkie.model.groups import keep_complete, within_lines
 
         if refine_steps and not self.refines:
             raise ValueError(f"decode {self.name!r} does not refine (refine_steps={refine_steps})")
@@ -81,7 +82,7 @@ class Decoder(ABC):
             model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace, stats=stats
         )
         preds = snap_predictions(preds, texts) if snap else preds
-        return [withhold(reject_untyped(p, s), abstain) for p, s in zip(preds, schemas)]
+        return [withhold(keep_complete(reject_untyped(p, s), s), abstain) for p, s in zip(preds, schemas)]
 
     def __repr__(self) -> str:
         return f"<Decoder {self.name}>"

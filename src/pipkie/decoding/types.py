@@ -50,10 +50,11 @@ VALUE_TYPES: dict[str, re.Pattern] = {
     # an amount with cents or thousands groups, a currency before or after it, a sign or a trailing
     # minus; a currency after it is a whole word (`RM0.02 RM14.20` is RM0.02, not `RM0.02 RM`), and a
     # lone letter printed apart from the amount is a tax flag, not a currency (`1.49 T`, `33.99 -A`:
-    # the amount is 1.49; glued, `55.00S`, it is part of the printed word and kept)
+    # the amount is 1.49; glued, `55.00S`, it is part of the printed word and kept), and so is a
+    # lone `*` or `#` printed apart (`1.99 *`)
     "money": re.compile(
         r"[-(]?(?:[^\d\s]{1,4}\s?)?-?(?:\d{1,3}(?:[,.\s']\d{3})+(?:[.,]\d{1,2})?|\d+[.,]\d{1,2})(?!\d)"
-        r"(?:(?:\s(?![-*]?[A-Za-z](?!\S)))?[^\d\s]{1,4}(?!\S))?-?\)?"
+        r"(?:(?:\s(?![-*]?[A-Za-z](?!\S)|[*#]+(?!\S)))?[^\d\s]{1,4}(?!\S))?-?\)?"
     ),
     "phone": re.compile(r"\+?\(?\d[\d\s().-]{5,}\d"),
 }

@@ -199,6 +199,7 @@ def evaluate(
             {
                 "lists": [
                     [g.name, n, [_key_print(k, item_budget(builder, g, k)) for k in g.fields]]
+                    + ([list(g.required)] if g.required else [])  # items without one are left out
                     for g, n in zip(schema.groups, items_budgets(builder, schema))
                 ],
                 "placement": ITEM_RULES,  # how a list's fields are read off the copy head (decoding.items)
@@ -262,7 +263,8 @@ def evaluate(
         model=str(model_path),
         dataset=dataset,
         split=split,
-        keys=schema.names + [f"{g.name}[{','.join(g.names)}]" for g in schema.groups],
+        keys=schema.names
+        + [f"{g.name}[{','.join(n + '!' * (n in g.required) for n in g.names)}]" for g in schema.groups],
         key_map=key_map,
         ocr=ocr or "dataset",
         batch_size=batch_size,

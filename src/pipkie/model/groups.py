@@ -318,6 +318,20 @@ def collect(group: Group, entries, empty) -> ItemsResult:
     return ItemsResult(items, _geo(confs), truncated=not stopped)
 
 
+def keep_complete(pred: dict, schema: KeySchema) -> dict:
+    """One document's results with every list's items that lack a required field left out
+    (`Group.required`): an item whose required field is `unknown` after typing (a `TOTAL` line taken
+    for an item, whose amount is on another line) is not an item of that list. Every decoder alike
+    (`Decoder.__call__`); the list's confidence is left as decoded."""
+    out = dict(pred)
+    for g in schema.groups:
+        lst = out.get(g.name)
+        if g.required and lst is not None:
+            items = [it for it in lst.items if all(it[f].value is not None for f in g.required if f in it)]
+            out[g.name] = replace(lst, items=items)
+    return out
+
+
 _FREE = re.compile(r"^(.+) (\d+) (.+)$")
 
 
