@@ -21,7 +21,7 @@ def evaluate(
     keys: str | None = typer.Option(
         None,
         help="comma-separated keys, typed as date:date (date, time, money, phone), "
-        "lists as items[name,quantity,price] (default: the model's)",
+        "lists as items[name,quantity,price] (price!: a field every item must have) (default: the model's)",
     ),
     schema: Path | None = typer.Option(
         None, help="a JSON-schema file (keys with descriptions/budgets, arrays of objects)"

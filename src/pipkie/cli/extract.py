@@ -20,7 +20,8 @@ def extract(
     keys: str | None = typer.Option(
         None,
         help="comma-separated keys, e.g. company,date,address,total; a typed key as date:date (date, "
-        "time, money, phone); a list of items as items[name,quantity,price] (default: the model's keys)",
+        "time, money, phone); a list of items as items[name,quantity,price] (price!: items without a "
+        "price are left out) (default: the model's keys)",
     ),
     schema: Path | None = typer.Option(
         None, help="a JSON-schema file (instead of --keys): string properties, arrays of objects for lists (maxItems)"
