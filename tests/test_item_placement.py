@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pipkie.decoding.items import ItemPlacer, Placement, stream_lines
+from pipkie.decoding.items import STOP_P, ItemPlacer, Placement, read_on, stream_lines
 from pipkie.model.template import FieldSlots
 
 # a document of two lines, as copy-stream positions (the line break token at 13 is not in the stream)
@@ -108,6 +108,28 @@ def test_the_slots_answer_stays_when_the_lm_carries_it_or_the_list_ends():
     stop = torch.tensor([end, end, end, end])  # "no more items"
     assert not placer.write_span(stop, torch.ones(4), 0, 4, place, torch.zeros(4), end)
     assert stop.tolist() == [end] * 4
+
+
+def test_an_unsure_no_more_items_reads_the_group_as_an_item():
+    """Item 1 says "no more items" at 0.4 (< STOP_P): its fields get their placed words ("Tea", "3,50")
+    with their starts' probability; at 0.7 the list ends there, as trained."""
+    end = 0
+    for p_stop, read in ((STOP_P - 0.1, True), (STOP_P + 0.2, False)):
+        placer = ItemPlacer(POS, IDS, WORD_INITIAL)
+        placer.place(field(0, "name"), one_hot(0), lengths(1))
+        placer.place(field(0, "price"), one_hot(2) * placer.allow(field(0, "price")), lengths(1))
+        name = placer.place(field(1, "name"), one_hot(4) * placer.allow(field(1, "name")), lengths(1))
+        price = placer.place(field(1, "price"), one_hot(5) * placer.allow(field(1, "price")), lengths(1))
+        toks = torch.tensor([101, end, 103, end] + [end] * 4)  # item 0 read; item 1: <|pip_end|> everywhere
+        conf = torch.tensor([0.9, 0.9, 0.9, 0.9, p_stop, 0.9, 0.8, 0.9])
+        fields = [(0, 2, None, placer, field(0, "name")), (2, 2, None, placer, field(0, "price"))]
+        fields = [(i, k, Placement(0), pl, f) for i, k, _, pl, f in fields]
+        fields += [(4, 2, name, placer, field(1, "name")), (6, 2, price, placer, field(1, "price"))]
+        read_on(toks, conf, fields, end)
+        assert toks[:4].tolist() == [101, end, 103, end]  # the items before are untouched
+        assert toks[4:].tolist() == ([204, end, 105, 205] if read else [end] * 4)
+        if read:
+            assert conf[4].item() == pytest.approx(name.p_start**0.5)  # "Tea" + its end: p^(1/2) each
 
 
 def test_word_initial_tokens_are_those_with_leading_whitespace():

@@ -21,7 +21,11 @@ same pass's outputs (no extra forward call):
   text-level `snap` cannot tell which `18` was meant), never past the line's end (nor the
   budget). Its confidence is the copy head's probability of that start and the slots' length,
   spread over the slots so that the field's geometric mean is p^(1/(L+1)). A field whose first
-  slot says `<|pip_end|>` (the list's "no more items", or an empty column) keeps the slots' answer.
+  slot says `<|pip_end|>` (the list's "no more items", or an empty column) keeps the slots' answer;
+- a majority to stop (`read_on`): a group ends the list only when its "no more items" has
+  probability `STOP_P` (one half) or more; below it, the group is read as an item (its placed words),
+  and the next group decides again. Trained lists stop on real receipts before their last item,
+  at lower stop probabilities than the lists that end right (docs/RESULTS.md "Lists that stop early").
 
 Lines are the breaks in the copy stream (line-break tokens are not in it: `copy_stream`).
 Chosen on WildReceipt dev (100 receipts, round-3 model; numbers in docs/RESULTS.md).
@@ -40,7 +44,8 @@ SAME_LINE = True
 WORD_START = True
 COPY_SPAN = True
 COPY_GATE = 0.5  # a span replaces the slots' answer when the mean LM gate over it is below this
-ITEM_RULES = "order-line-word-span-3-klines"  # names these rules in evaluation fingerprints
+ITEM_RULES = "order-line-word-span-3-klines-readon"  # names these rules in evaluation fingerprints
+STOP_P = 0.5  # a list ends at a group that says "no more items" with at least this probability
 
 
 def stream_lines(stream: torch.Tensor) -> torch.Tensor:
@@ -174,6 +179,26 @@ class ItemPlacer:
         copied = self.stream_ids[place.start : place.start + n]
         put_copied(toks, conf, i, k, copied, place.p_start * float(place.p_len[n_slots - 1]), end_id)
         return True
+
+
+def read_on(toks: torch.Tensor, conf: torch.Tensor, fields, end_id: int) -> None:
+    """Groups that say "no more items" with probability below `STOP_P` (every other answer together
+    is likelier: the model is unsure the list is over) are read as items, in place: each of their
+    fields that said `<|pip_end|>` gets the word the copy head placed it on (`ItemPlacer.place`),
+    with the probability of that start. `fields`: (i, k, place, placer, f) of a row's list fields in
+    template order (an item's first field first). Measured: docs/RESULTS.md "Lists that stop early"."""
+    items: dict[tuple, list] = {}
+    for entry in fields:
+        f = entry[4]
+        items.setdefault((id(entry[3]), f.group, f.item), []).append(entry)
+    for group in items.values():
+        i, _, place, _, _ = group[0]
+        if int(toks[i]) != end_id or float(conf[i]) >= STOP_P or place.ended:
+            continue
+        for i, k, place, placer, _ in group:
+            if int(toks[i]) == end_id and not place.ended:
+                n = min(int(placer.word_ends[place.start]) - place.start + 1, k)
+                put_copied(toks, conf, i, k, placer.stream_ids[place.start : place.start + n], place.p_start, end_id)
 
 
 def put_copied(toks: torch.Tensor, conf: torch.Tensor, i: int, k: int, copied, prob: float, end_id: int) -> None:

@@ -21,7 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from pipkie.decoding.base import Decoder
-from pipkie.decoding.items import ItemPlacer, put_copied, stream_lines
+from pipkie.decoding.items import ItemPlacer, put_copied, read_on, stream_lines
 from pipkie.decoding.results import Prediction, collect
 from pipkie.decoding.slot_head import choose, lm_logits
 from pipkie.decoding.types import is_typed, typed_start
@@ -176,7 +176,7 @@ def predict_slots(
             n = min(int(ended[0]) + 1, f.length) if lazy and len(ended) else f.length
             fields.append((total, n, span, p_start, gate, past))
             if place is not None:
-                spans.append((total, f.width, place, gate, placer))
+                spans.append((total, f.width, place, gate, placer, f))
             if f.type is not None:
                 lines = stream_lines(stream) if lines is None else lines
                 typed.append((total, f.width, f.type, p_start, stream_ids, lines, f.group is not None))
@@ -190,7 +190,8 @@ def predict_slots(
         conf[i : i + len(past)] = past  # skipped slots: <|pip_end|> with p >= past
         conf[i : i + n], toks[i : i + n] = chosen[0][j : j + n], chosen[1][j : j + n]
         j += n
-    for i, k, place, gate, placer in spans:
+    read_on(toks, conf, [(i, k, place, placer, f) for i, k, place, _, placer, f in spans], builder.end_id)
+    for i, k, place, gate, placer, _ in spans:
         placer.write_span(toks, conf, i, k, place, gate, builder.end_id)
     for i, k, kind, p_start, stream_ids, lines, in_list in typed:
         retype(builder, toks, conf, i, k, kind, p_start, stream_ids, lines, in_list)
