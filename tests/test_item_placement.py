@@ -122,9 +122,11 @@ def test_an_unsure_no_more_items_reads_the_group_as_an_item():
         price = placer.place(field(1, "price"), one_hot(5) * placer.allow(field(1, "price")), lengths(1))
         toks = torch.tensor([101, end, 103, end] + [end] * 4)  # item 0 read; item 1: <|pip_end|> everywhere
         conf = torch.tensor([0.9, 0.9, 0.9, 0.9, p_stop, 0.9, 0.8, 0.9])
-        fields = [(0, 2, None, placer, field(0, "name")), (2, 2, None, placer, field(0, "price"))]
-        fields = [(i, k, Placement(0), pl, f) for i, k, _, pl, f in fields]
-        fields += [(4, 2, name, placer, field(1, "name")), (6, 2, price, placer, field(1, "price"))]
+        fields = [
+            (0, 2, Placement(0), None, placer, field(0, "name")),
+            (2, 2, Placement(0), None, placer, field(0, "price")),
+        ]
+        fields += [(4, 2, name, None, placer, field(1, "name")), (6, 2, price, None, placer, field(1, "price"))]
         read_on(toks, conf, fields, end)
         assert toks[:4].tolist() == [101, end, 103, end]  # the items before are untouched
         assert toks[4:].tolist() == ([204, end, 105, 205] if read else [end] * 4)

@@ -228,7 +228,7 @@ class KeySchema:
             ]
             if max_items is not None and (isinstance(max_items, bool) or not isinstance(max_items, int)):
                 raise SchemaError(f"list {name!r}: maxItems must be an integer, got {max_items!r}")
-            required = _resolve(items, schema).get("required") or ()
+            required = items.get("required") or ()  # `_array_items` resolved the item schema
             if not isinstance(required, list | tuple) or not all(isinstance(r, str) for r in required):
                 raise SchemaError(f"list {name!r}: 'required' must be a list of field names, got {required!r}")
             groups.append(Group(name, tuple(fields), max_items, tuple(required)))
@@ -331,8 +331,8 @@ def parse_group(spec: str) -> Group:
     fields = [f.strip() for f in m.group(2).split(",")]
     if not any(fields):
         raise SchemaError(f"list {m.group(1)!r} has no fields: give them as {m.group(1)}[name,price]")
-    required = tuple(f.rstrip("!").partition(":")[0].strip() for f in fields if f.endswith("!"))
-    return Group(m.group(1), tuple(named_key(f.rstrip("!")) for f in fields), required=required)
+    keys = [(named_key(f.rstrip("!")), f.endswith("!")) for f in fields]
+    return Group(m.group(1), tuple(k for k, _ in keys), required=tuple(k.name for k, needed in keys if needed))
 
 
 def named_key(spec: str) -> Key:

@@ -185,17 +185,17 @@ def read_on(toks: torch.Tensor, conf: torch.Tensor, fields, end_id: int) -> None
     """Groups that say "no more items" with probability below `STOP_P` (every other answer together
     is likelier: the model is unsure the list is over) are read as items, in place: each of their
     fields that said `<|pip_end|>` gets the word the copy head placed it on (`ItemPlacer.place`),
-    with the probability of that start. `fields`: (i, k, place, placer, f) of a row's list fields in
-    template order (an item's first field first). Measured: docs/RESULTS.md "Lists that stop early"."""
+    with the probability of that start. `fields`: (i, k, place, gate, placer, f) of the list fields in
+    template order (an item's first field first), as `decoding.pip.predict_slots` keeps them.
+    Measured: docs/RESULTS.md "Lists that stop early"."""
     items: dict[tuple, list] = {}
-    for entry in fields:
-        f = entry[4]
-        items.setdefault((id(entry[3]), f.group, f.item), []).append(entry)
+    for i, k, place, _, placer, f in fields:
+        items.setdefault((id(placer), f.group, f.item), []).append((i, k, place, placer))
     for group in items.values():
-        i, _, place, _, _ = group[0]
+        i, _, place, _ = group[0]
         if int(toks[i]) != end_id or float(conf[i]) >= STOP_P or place.ended:
             continue
-        for i, k, place, placer, _ in group:
+        for i, k, place, placer in group:
             if int(toks[i]) == end_id and not place.ended:
                 n = min(int(placer.word_ends[place.start]) - place.start + 1, k)
                 put_copied(toks, conf, i, k, placer.stream_ids[place.start : place.start + n], place.p_start, end_id)

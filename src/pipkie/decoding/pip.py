@@ -190,7 +190,7 @@ def predict_slots(
         conf[i : i + len(past)] = past  # skipped slots: <|pip_end|> with p >= past
         conf[i : i + n], toks[i : i + n] = chosen[0][j : j + n], chosen[1][j : j + n]
         j += n
-    read_on(toks, conf, [(i, k, place, placer, f) for i, k, place, _, placer, f in spans], builder.end_id)
+    read_on(toks, conf, spans, builder.end_id)
     for i, k, place, gate, placer, _ in spans:
         placer.write_span(toks, conf, i, k, place, gate, builder.end_id)
     for i, k, kind, p_start, stream_ids, lines, in_list in typed:
