@@ -43,6 +43,9 @@ def test_shorthand_json_schema_and_pydantic_agree(tmp_path):
     assert g.required == ("name", "price") and short.groups[0].required == ()  # fields without a default
     marked = KeySchema.parse("items[name!, quantity, price:money!]").groups[0]
     assert marked.required == ("name", "price") and marked.names == g.names and marked.fields[2].type == "money"
+    assert marked.spec() == g.spec() == "items[name!,quantity,price!]"  # written back as the shorthand
+    assert marked.spec(required=False) == "items[name,quantity,price]"
+    assert KeySchema.parse(marked.spec()).groups[0].required == marked.required
     p = tmp_path / "s.json"
     p.write_text(json.dumps(Receipt.model_json_schema()))
     assert KeySchema.parse(str(p)) == from_model

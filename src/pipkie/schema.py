@@ -121,6 +121,11 @@ class Group:
     def names(self) -> list[str]:
         return [f.name for f in self.fields]
 
+    def spec(self, required: bool = True) -> str:
+        """The list in the keys shorthand, by field names: `items[name,quantity,price!]` (`!` marks a
+        required field, left out with `required=False`)."""
+        return f"{self.name}[{','.join(n + '!' * (required and n in self.required) for n in self.names)}]"
+
 
 @dataclass(frozen=True)
 class KeySchema:

@@ -263,8 +263,7 @@ def evaluate(
         model=str(model_path),
         dataset=dataset,
         split=split,
-        keys=schema.names
-        + [f"{g.name}[{','.join(n + '!' * (n in g.required) for n in g.names)}]" for g in schema.groups],
+        keys=schema.names + [g.spec() for g in schema.groups],
         key_map=key_map,
         ocr=ocr or "dataset",
         batch_size=batch_size,

@@ -46,8 +46,7 @@ SUMMARY = "label.json"
 
 
 def _key_group(schema: KeySchema) -> str:
-    lists = [f"{g.name}[{','.join(f.name for f in g.fields)}]" for g in schema.groups]
-    return ",".join([k.name for k in schema.keys] + lists)
+    return ",".join([k.name for k in schema.keys] + [g.spec(required=False) for g in schema.groups])
 
 
 def manifest_name(shard: tuple[int, int] = (0, 1)) -> str:
