@@ -211,3 +211,24 @@ def label(
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     typer.echo(json.dumps(stats))
+
+
+@app.command("label-items")
+def label_items(
+    src: Path = typer.Argument(..., help="a folder of JSON-words documents (`pipkie ocr`'s output)"),
+    out: Path = typer.Option(..., help="folder of the labelled documents (read back as the dataset `words`)"),
+    limit: Optional[int] = typer.Option(None, help="at most this many documents of SRC"),
+):
+    """Line items by arithmetic alone, no model (pipkie.train.sum_items): a run of consecutive lines whose
+    amounts add up to the cent to an amount printed below them becomes a document's items, for a
+    `words` source of a training mixture. Rerun: documents are rewritten."""
+    from pipkie.cli.common import error
+    from pipkie.data.errors import DataError
+    from pipkie.train.sum_items import label_items_folder
+
+    try:
+        stats = label_items_folder(src, out, limit=limit)
+    except DataError as e:
+        error(str(e))
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(stats))
