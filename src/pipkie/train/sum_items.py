@@ -6,11 +6,13 @@ A receipt's item lines end with their amounts, and the amounts add up to the sub
 printed below them. Among a document's lines (`serialize`, the reading order the models see), a run
 of at least `MIN_ITEMS` consecutive lines that each end in an amount with cents (`12.00`, `3,70`,
 `$13.99`, `£5.95`) and none of which is a summary line (`SUMMARY`: total, tax, service, change, cash,
-... in the languages of WildReceipt's receipts), whose amounts add up to the cent to the amount of
-one of the next `AHEAD` lines that end in an amount, is a list; the longest such run of a document is
-kept. One item per line: its price is the line's amount; its name the words before the amount,
-without the numbers at either end (a number before the name is its quantity, a small whole number
-after it too; other trailing numbers are a unit price or a code).
+... in the languages of WildReceipt's receipts, found inside words too, since receipts glue them:
+`#SUBTOTAL28.00`; an item named `Cornetto` then ends a run: fewer lists, not wrong ones), whose
+amounts add up to the cent to the amount of one of the next `AHEAD` lines that end in an amount, is
+a list; the longest such run of a document is kept. One item per line: its price is the line's
+amount; its name the words before the amount, without the numbers at either end (a number before
+the name is its quantity, a small whole number after it too; other trailing numbers are a unit price
+or a code).
 
 Why not the model's own lists (`pipkie label --sum-to`): that check keeps a list only when the model
 read all of it, so it keeps the lists the model already reads: 93 of the 1,297 unlabelled WildReceipt
