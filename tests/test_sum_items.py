@@ -70,5 +70,8 @@ def test_label_items_writes_the_lists_as_a_words_source_and_skips_receipts_witho
     assert "items.quantity" not in doc.fields  # stored: name and price (LABELLED)
     again = CliRunner().invoke(app, ["label-items", str(src), "--out", str(out)])
     assert again.exit_code == 0 and len(list(read_dataset("words", out, "docs"))) == 1  # rewritten, not added
+    (src / "a.json").write_text((src / "b.json").read_text().replace('"b"', '"a"'))  # no run adds up now
+    assert CliRunner().invoke(app, ["label-items", str(src), "--out", str(out)]).exit_code == 0
+    assert list(read_dataset("words", out, "docs")) == []  # its old labels do not linger
     missing = CliRunner().invoke(app, ["label-items", str(tmp_path / "nowhere"), "--out", str(out)])
     assert missing.exit_code != 0 and "Traceback" not in missing.output

@@ -84,7 +84,7 @@ def _torn(path: Path) -> bool:
         return f.read(1) != b"\n"
 
 
-def _write_doc(path: Path, doc: Document, fields: dict[str, str | list[str]]) -> None:
+def write_doc(path: Path, doc: Document, fields: dict[str, str | list[str]]) -> None:
     """Add `fields` (a value, or a list column's values) to the document stored at `path` (or to
     `doc`), atomically (temporary name, rename)."""
     if path.exists():
@@ -139,7 +139,7 @@ def _check_lists(schema: KeySchema, sum_to: tuple[str, ...]) -> None:
         )
 
 
-def _file_name(doc_id: str) -> str:
+def doc_file_name(doc_id: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in doc_id) + ".json"
 
 
@@ -234,7 +234,7 @@ def label_folder(
                             fields[stored] = f.value
                             kept[stored] += 1
                 if fields:
-                    _write_doc(out / DOCS / _file_name(doc.id), doc, fields)
+                    write_doc(out / DOCS / doc_file_name(doc.id), doc, fields)
                     stats["labelled"] += 1
                 manifest.write(json.dumps({"id": doc.id, "keys": group, "answers": answers}, ensure_ascii=False) + "\n")
                 manifest.flush()

@@ -33,7 +33,7 @@ from pathlib import Path
 from pipkie.data.words import read_words
 from pipkie.decoding.types import amount_cents
 from pipkie.io.document import serialize
-from pipkie.train.label import DOCS, _file_name, _write_doc
+from pipkie.train.label import DOCS, doc_file_name, write_doc
 
 MIN_ITEMS = 2  # items of a run (two lines adding up to a third is already rare by chance with cents)
 AHEAD = 2  # the sum is one of this many amount lines after the run (a subtotal, or the total after it)
@@ -98,8 +98,9 @@ def summed_lines(lines: list[str]) -> tuple[list[int], int] | None:
 def label_items_folder(src: str | Path, out: str | Path, *, limit: int | None = None, progress: bool = True) -> dict:
     """Write every document of `src` (JSON words, `pipkie ocr`) that has a run of items adding up as a
     labelled document `{out}/docs/<id>.json` with `items.name` / `items.price` columns (`LABELLED`;
-    read back by `read_dataset("words", out, "docs")`, as `pipkie label` writes them); a document
-    labelled before is rewritten. Returns and records (`{out}/label-items.json`) the counts."""
+    read back by `read_dataset("words", out, "docs")`, as `pipkie label` writes them); a rerun
+    rewrites a document labelled before, or removes it when no run adds up any more. Returns and
+    records (`{out}/label-items.json`) the counts."""
     from tqdm import tqdm
 
     src, out = Path(src), Path(out)
@@ -109,13 +110,12 @@ def label_items_folder(src: str | Path, out: str | Path, *, limit: int | None = 
     for doc in tqdm(docs, unit="doc", file=sys.stderr, disable=not progress, mininterval=10, desc="label-items"):
         lines = serialize(doc).split("\n")
         run = summed_lines(lines)
+        path = out / DOCS / doc_file_name(doc.id)
+        path.unlink(missing_ok=True)  # a rerun rewrites it whole, or leaves none where no run adds up now
         if run is None:
             continue
         items = [line_item(lines[i]) for i in run[0]]
-        columns = {f"items.{f}": [it[f] or "" for it in items] for f in LABELLED}
-        path = out / DOCS / _file_name(doc.id)
-        path.unlink(missing_ok=True)  # rewritten whole: an earlier rule's columns do not linger
-        _write_doc(path, doc, columns)
+        write_doc(path, doc, {f"items.{f}": [it[f] or "" for it in items] for f in LABELLED})
         stats["labelled"] += 1
         stats["items"] += len(items)
     record = {"src": str(src), "fields": list(LABELLED), "min_items": MIN_ITEMS, "ahead": AHEAD, **stats}
