@@ -77,13 +77,14 @@ def summed_lines(lines: list[str]) -> tuple[list[int], int] | None:
     """(the item lines, the line of the amount they add up to) of the longest run of a document's
     lines (module docstring), None when no run adds up."""
     amounts = [line_amount(x) for x in lines]
+    summary = [bool(SUMMARY.search(x)) for x in lines]  # once per line, not once per run tried
     at = [i for i, a in enumerate(amounts) if a is not None]
     best = None
     for first in range(len(at)):
         total, members = 0, []
         for j in range(first, len(at)):
             i = at[j]
-            if (members and i != members[-1] + 1) or SUMMARY.search(lines[i]):
+            if (members and i != members[-1] + 1) or summary[i]:
                 break  # a run is consecutive lines, none of them a summary line
             total += amounts[i]
             members.append(i)
