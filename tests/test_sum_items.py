@@ -8,6 +8,7 @@ from pipkie.cli import app
 from pipkie.data import read_dataset
 from pipkie.io.document import Document, Word
 from pipkie.train.keys import document_items
+from pipkie.train.label import DOCS, doc_file_name, write_doc
 from pipkie.train.sum_items import line_item, summed_lines
 
 RECEIPT = [
@@ -75,3 +76,25 @@ def test_label_items_writes_the_lists_as_a_words_source_and_skips_receipts_witho
     assert list(read_dataset("words", out, "docs")) == []  # its old labels do not linger
     missing = CliRunner().invoke(app, ["label-items", str(tmp_path / "nowhere"), "--out", str(out)])
     assert missing.exit_code != 0 and "Traceback" not in missing.output
+
+
+def test_label_items_keeps_the_fields_pipkie_label_stored_in_the_same_folder(tmp_path):
+    src, out = tmp_path / "words", tmp_path / "merged"
+    src.mkdir()
+    words = [
+        Word(w, (10 * j, 20 * i, 10 * j + 9, 20 * i + 9))
+        for i, ln in enumerate(RECEIPT)
+        for j, w in enumerate(ln.split())
+    ]
+    doc = Document("a", words)
+    (out / DOCS).mkdir(parents=True)
+    (src / "a.json").write_text(json.dumps({**doc.to_dict(), "normalized": True}))
+    write_doc(out / DOCS / doc_file_name("a"), doc, {"store_name": "BAR ROMA", "items.name": ["stale"]})
+    assert CliRunner().invoke(app, ["label-items", str(src), "--out", str(out)]).exit_code == 0
+    (got,) = read_dataset("words", out, "docs")
+    assert got.value("store_name") == "BAR ROMA"  # the other labeller's field stays
+    assert [it["name"] for it in document_items(got)] == ["Cappuccino", "Brioche", "Acqua 0.5L"]  # the list is replaced
+    (src / "a.json").write_text(json.dumps({**Document("a", words[:3]).to_dict(), "normalized": True}))  # no list now
+    assert CliRunner().invoke(app, ["label-items", str(src), "--out", str(out)]).exit_code == 0
+    (got,) = read_dataset("words", out, "docs")
+    assert got.value("store_name") == "BAR ROMA" and not any(k.startswith("items.") for k in got.fields)

@@ -95,6 +95,19 @@ def write_doc(path: Path, doc: Document, fields: dict[str, str | list[str]]) -> 
     write_json_atomic(path, record)
 
 
+def drop_fields(path: Path, prefix: str) -> None:
+    """Take the fields whose names start with `prefix` out of the document stored at `path` (a rerun
+    replaces its own labels and keeps another labeller's); the file goes when no field is left."""
+    if not path.exists():
+        return
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record["fields"] = {k: v for k, v in record["fields"].items() if not k.startswith(prefix)}
+    if record["fields"]:
+        write_json_atomic(path, record)
+    else:
+        path.unlink()
+
+
 def summed_run(prices: list[int | None], targets: set[int]) -> tuple[int, int, int] | None:
     """(start, end, target) of the earliest, then longest, run of at least two consecutive prices (in
     cents, None: not an amount) and the one of `targets` it adds up to; None when there is none."""

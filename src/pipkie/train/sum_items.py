@@ -33,7 +33,7 @@ from pathlib import Path
 from pipkie.data.words import read_words
 from pipkie.decoding.types import amount_cents
 from pipkie.io.document import serialize
-from pipkie.train.label import DOCS, doc_file_name, write_doc
+from pipkie.train.label import DOCS, doc_file_name, drop_fields, write_doc
 
 MIN_ITEMS = 2  # items of a run (two lines adding up to a third is already rare by chance with cents)
 AHEAD = 2  # the sum is one of this many amount lines after the run (a subtotal, or the total after it)
@@ -99,9 +99,10 @@ def summed_lines(lines: list[str]) -> tuple[list[int], int] | None:
 def label_items_folder(src: str | Path, out: str | Path, *, limit: int | None = None, progress: bool = True) -> dict:
     """Write every document of `src` (JSON words, `pipkie ocr`) that has a run of items adding up as a
     labelled document `{out}/docs/<id>.json` with `items.name` / `items.price` columns (`LABELLED`;
-    read back by `read_dataset("words", out, "docs")`, as `pipkie label` writes them); a rerun
-    rewrites a document labelled before, or removes it when no run adds up any more. Returns and
-    records (`{out}/label-items.json`) the counts."""
+    read back by `read_dataset("words", out, "docs")`, as `pipkie label` writes them). Other fields
+    of a document already in `out` (`pipkie label`'s keys) are kept, so both labellers can fill one
+    folder; a rerun replaces the lists written before, and a document left with no field is
+    removed. Returns and records (`{out}/label-items.json`) the counts."""
     from tqdm import tqdm
 
     src, out = Path(src), Path(out)
@@ -112,7 +113,7 @@ def label_items_folder(src: str | Path, out: str | Path, *, limit: int | None = 
         lines = serialize(doc).split("\n")
         run = summed_lines(lines)
         path = out / DOCS / doc_file_name(doc.id)
-        path.unlink(missing_ok=True)  # a rerun rewrites it whole, or leaves none where no run adds up now
+        drop_fields(path, "items.")  # a rerun replaces the lists it wrote; `pipkie label`'s fields stay
         if run is None:
             continue
         items = [line_item(lines[i]) for i in run[0]]
