@@ -20,7 +20,7 @@ shift || true
 SUITES=${*:-wr-sroie wr-images wr-open sroie-dev kleister}
 THREADS=${THREADS:-1}
 WR=${WR:-../shared/data/wildreceipt_dev}
-OCR_CACHE=${OCR_CACHE:-../runs/ocr/wrdev-cache}
+OCR_CACHE=${OCR_CACHE:-../runs/ocr/wrdev-cache}  # made by scripts/rebuild_runs.sh wrdev-ocr
 BATCH=${BATCH:-4}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 mkdir -p results/dev

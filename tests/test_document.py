@@ -1,10 +1,11 @@
-"""Reading order and serialize(): the O(n log n) implementation gives byte-identical text.
+"""Reading order and serialize().
 
-serialize() is the model's input (training, evaluation, extraction), so the running-statistics
-reading order must not move a single character. The implementation it replaced is kept here as
-the reference (`reference_lines`, verbatim apart from names) and both are compared on every SROIE
+The plain grouping (`AS_SCORED`: no stacked-word rule, no deskew), which the readers' gold values
+are built with, must not move a word: the quadratic implementation it replaced is kept here as the
+reference (`reference_lines`, verbatim apart from names) and both are compared on every SROIE
 train/test box file, on WildReceipt dev, and on hypothesis-generated word lists (ties, skew, tall
-and flat boxes, several pages, float boxes).
+and flat boxes, several pages, float boxes). serialize() reads the default grouping; what its two
+rules change is asserted on pages built for them and, as properties, on generated words.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipkie.io.document import Document, Word, reading_order_lines, serialize
+from pipkie.io.reading_order import AS_SCORED, page_shear
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 EXAMPLES = int(os.environ.get("PIPKIE_FUZZ_EXAMPLES", "150"))
@@ -43,9 +45,9 @@ def reference_lines(words: list[Word], overlap: float = 0.5) -> list[list[Word]]
     return lines
 
 
-def reference_serialize(doc: Document, layout: bool = False) -> str:
+def lines_serialize(lines: list[list[Word]], layout: bool = False) -> str:
     out = []
-    for line in reference_lines(doc.words):
+    for line in lines:
         text = " ".join(w.text for w in line if w.text.strip())
         if text:
             out.append(f"<{line[0].box[1] // 10},{line[0].box[0] // 10}> {text}" if layout else text)
@@ -53,11 +55,15 @@ def reference_serialize(doc: Document, layout: bool = False) -> str:
 
 
 def assert_same(doc: Document) -> None:
-    assert [[id(w) for w in line] for line in reading_order_lines(doc.words)] == [
+    """The plain grouping is the reference's, word for word; serialize() writes the default grouping's
+    lines, and that grouping keeps every word once."""
+    assert [[id(w) for w in line] for line in reading_order_lines(doc.words, **AS_SCORED)] == [
         [id(w) for w in line] for line in reference_lines(doc.words)
     ], doc.id
+    lines = reading_order_lines(doc.words)
+    assert sorted(id(w) for line in lines for w in line) == sorted(id(w) for w in doc.words), doc.id
     for layout in (False, True):
-        assert serialize(doc, layout=layout).encode() == reference_serialize(doc, layout).encode(), doc.id
+        assert serialize(doc, layout=layout).encode() == lines_serialize(lines, layout).encode(), doc.id
 
 
 def dataset(name: str, folder: str, split: str) -> list[Document]:
@@ -74,7 +80,7 @@ def dataset(name: str, folder: str, split: str) -> list[Document]:
     "name, folder, split, count",
     [("sroie", "sroie", "train", 626), ("sroie", "sroie", "test", 347), ("wildreceipt", "wildreceipt_dev", "dev", 100)],
 )
-def test_serialize_is_byte_identical_on_real_documents(name, folder, split, count):
+def test_plain_grouping_is_the_reference_on_real_documents(name, folder, split, count):
     docs = dataset(name, folder, split)
     assert len(docs) == count
     for doc in docs:
@@ -105,14 +111,12 @@ def words(draw):
 
 @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(words())
-def test_serialize_is_byte_identical_on_generated_words(ws):
+def test_plain_grouping_is_the_reference_on_generated_words(ws):
     assert_same(Document("generated", ws))
 
 
-def test_one_long_line_is_one_line_in_linear_work(monkeypatch):
-    """50,000 words on one line (the old quadratic code re-read the whole line per word and took
-    minutes): one line, with a bounded number of reads of each word's height and centre."""
-    ws = [Word(f"w{i}", (i % 997, 500 + i % 3, i % 997 + 5, 510 + i % 3)) for i in range(50_000)]
+def counting_reads(monkeypatch) -> dict[str, int]:
+    """Count the reads of every word's centre and height from now on."""
     reads = {"cy": 0, "height": 0}
 
     def counted(name):
@@ -126,7 +130,95 @@ def test_one_long_line_is_one_line_in_linear_work(monkeypatch):
 
     for name in reads:
         monkeypatch.setattr(Word, name, counted(name))
-    lines = reading_order_lines(ws)
+    return reads
+
+
+def test_one_long_line_is_one_line_in_linear_work(monkeypatch):
+    """50,000 words on one line (the old quadratic code re-read the whole line per word and took
+    minutes): one line, with a bounded number of reads of each word's height and centre."""
+    ws = [Word(f"w{i}", (i % 997, 500 + i % 3, i % 997 + 5, 510 + i % 3)) for i in range(50_000)]
+    reads = counting_reads(monkeypatch)
+    lines = reading_order_lines(ws, **AS_SCORED)
     assert all(n <= 4 * len(ws) for n in reads.values()), reads  # quadratic code: ~ n^2 / 2
     assert len(lines) == 1 and len(lines[0]) == 50_000
     assert [w.box[0] for w in lines[0]] == sorted(w.box[0] for w in ws)
+
+
+def tilted_page(slope: float, rows: int = 6, cols: int = 5, height: int = 30, spacing: int = 34) -> list[Word]:
+    """`rows` lines of `cols` words, each line rising by `slope` per unit across (0-1000 units), with
+    boxes nearly as tall as the line spacing, as rapidocr draws them on a photo."""
+    out = []
+    for r in range(rows):
+        for c in range(cols):
+            x0 = 60 + 180 * c
+            y = 100 + spacing * r + slope * (x0 + 60 - 500)
+            out.append(Word(f"r{r}c{c}", (x0, round(y), x0 + 120, round(y) + height)))
+    return out
+
+
+def texts(lines: list[list[Word]]) -> list[str]:
+    return [" ".join(w.text for w in line) for line in lines]
+
+
+def test_tilted_page_is_read_along_its_tilt():
+    ws = tilted_page(0.08)
+    assert abs(page_shear(ws) - 0.08) < 0.01
+    want = [" ".join(f"r{r}c{c}" for c in range(5)) for r in range(6)]
+    assert texts(reading_order_lines(ws)) == want
+    assert texts(reading_order_lines(ws, **AS_SCORED)) != want  # lines mixed without the tilt removed
+
+
+def test_level_and_sparse_pages_are_read_as_level():
+    assert page_shear(tilted_page(0.0)) == 0.0
+    assert page_shear(tilted_page(0.08, rows=1, cols=3)) == 0.0  # two pairs cannot tell a slope
+    assert page_shear(tilted_page(0.01)) == 0.0  # under SHEAR_MIN
+
+
+def test_stacked_lines_with_tall_boxes_are_not_interleaved():
+    """A WildReceipt photo's header as rapidocr boxed it (0-1000): the second line's boxes reach
+    into the first's, so the plain grouping read them as one interleaved line."""
+    boxes = {
+        "Premier": (296, 89, 402, 123), "Restaurants": (415, 92, 575, 130), "Eesti": (590, 97, 665, 133),
+        "AS": (677, 100, 704, 134), "Tallinn,": (271, 108, 390, 144), "A.H.": (402, 112, 465, 147),
+        "Tammsaare": (475, 114, 604, 152), "tee,": (617, 119, 677, 155), "47": (683, 122, 715, 155),
+        "Viru": (398, 136, 460, 169), "restoran": (473, 138, 588, 173),
+    }  # fmt: skip
+    ws = [Word(t, b) for t, b in boxes.items()]
+    assert texts(reading_order_lines(ws, **AS_SCORED))[0].startswith("Tallinn, Premier A.H. Restaurants")
+    assert texts(reading_order_lines(ws)) == [
+        "Premier Restaurants Eesti AS",
+        "Tallinn, A.H. Tammsaare tee, 47",
+        "Viru restoran",
+    ]
+    assert serialize(Document("h", ws)).splitlines()[:2] == [
+        "Premier Restaurants Eesti AS",
+        "Tallinn, A.H. Tammsaare tee, 47",
+    ]
+
+
+def stacked(a: Word, b: Word) -> bool:
+    inter = min(a.box[2], b.box[2]) - max(a.box[0], b.box[0])
+    return inter > 0.5 * max(1, min(a.box[2] - a.box[0], b.box[2] - b.box[0]))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(words())
+def test_no_line_holds_stacked_words(ws):
+    for line in reading_order_lines(ws):
+        assert len({w.page for w in line}) == 1
+        assert not any(stacked(a, b) for i, a in enumerate(line) for b in line[i + 1 :])
+
+
+def test_large_pages_are_grouped_in_linear_work(monkeypatch):
+    """5 pages of 100 lines of 100 words (50,000), each line falling 99 units across the page (nine
+    lines' spacing): the default grouping, tilt estimate included, reads each word's centre and
+    height a bounded number of times, and finds every line."""
+    ws = []
+    for r in range(500):
+        for c in range(100):
+            y = 9 * (r % 100) + c  # slope 0.1 per unit across (x = 10 c)
+            ws.append(Word(f"{r}.{c}", (10 * c, y, 10 * c + 8, y + 6), page=r // 100))
+    reads = counting_reads(monkeypatch)
+    lines = reading_order_lines(ws)
+    assert all(n <= 40 * len(ws) for n in reads.values()), reads
+    assert texts(lines) == [" ".join(f"{r}.{c}" for c in range(100)) for r in range(500)]

@@ -11,7 +11,7 @@ from pipkie.eval.calibration import calibrate
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "pipkie"
 AR = ROOT / "models" / "pipkie-ar"
-PUBLISHED = ROOT / "results" / "dev" / "sroie-dev-pip-r20s.predictions.jsonl"  # the shipped model on SROIE dev
+PUBLISHED = ROOT / "results" / "dev" / "sroie-dev-pip-r20ro.predictions.jsonl"  # the shipped model on SROIE dev
 FIRST = 0  # its first receipt
 
 

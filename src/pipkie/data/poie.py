@@ -27,7 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipkie.data.errors import DataError
-from pipkie.io.document import Document, Word, normalize_box, reading_order_lines
+from pipkie.io.document import Document, Word, normalize_box
+from pipkie.io.reading_order import AS_SCORED, reading_order_lines
 
 
 def read_class_list(path: Path) -> list[str] | None:
@@ -89,7 +90,7 @@ def _parse_record(rec: dict, classes: list[str] | None) -> tuple:
     else:
         by_word = {id(w): s for w, s in tagged}
         collected: dict[str, list[str]] = {}
-        for line in reading_order_lines([w for w, _ in tagged]):
+        for line in reading_order_lines([w for w, _ in tagged], **AS_SCORED):
             for w in line:
                 for name, value in by_word[id(w)]:
                     collected.setdefault(name, []).append(value)

@@ -11,8 +11,8 @@ a line may also be written `id name`, in which case the id is taken from the lin
 
 Fields: every `*_value` class becomes a key, its name lower-cased without `_value`
 (`Store_name_value` -> `store_name`). Several boxes of one class are joined with spaces in reading
-order (`pipkie.io.document.reading_order_lines`) into one value (a line repeated verbatim, such as a
-total printed twice, is kept once), except the per-product classes in
+order (`pipkie.io.reading_order`, grouped as every result was scored: `AS_SCORED`) into one value (a
+line repeated verbatim, such as a total printed twice, is kept once), except the per-product classes in
 `multi_valued` (`prod_item`, `prod_quantity`, `prod_price` by default), which keep one value per
 visual line, in reading order. With `keys="sroie"` only the four SROIE fields are emitted, renamed by
 `SROIE_KEYS`. Document ids are the image path without `image_files/` and extension, `/` -> `_`.
@@ -30,7 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipkie.data.errors import DataError
-from pipkie.io.document import Document, Word, normalize_box, reading_order_lines
+from pipkie.io.document import Document, Word, normalize_box
+from pipkie.io.reading_order import AS_SCORED, reading_order_lines
 
 # WildReceipt class -> SROIE key. WildReceipt has no single "company" class: the store name is the
 # closest match (receipts rarely print the legal company name separately).
@@ -56,7 +57,7 @@ def items_of(by_key: dict[str, list[Word]]) -> list[dict[str, str]]:
     field_of = {id(w): f for w, f in words}
     items: list[dict[str, str]] = []
     carry: dict[str, list[str]] = {}
-    for line in reading_order_lines([w for w, _ in words]):
+    for line in reading_order_lines([w for w, _ in words], **AS_SCORED):
         parts = dict(carry)
         carry = {}
         for w in line:
@@ -132,7 +133,7 @@ def _parse_record(rec: dict, classes: dict[int, str], keys: str, multi_valued) -
             by_key.setdefault(key, []).append(word)
     fields: dict[str, list[str]] = {}
     for key, ws in by_key.items():
-        lines = [" ".join(w.text for w in line) for line in reading_order_lines(ws)]
+        lines = [" ".join(w.text for w in line) for line in reading_order_lines(ws, **AS_SCORED)]
         # A value printed twice (a date in the header and the footer) is kept once.
         fields[key] = lines if key in multi_valued else [" ".join(dict.fromkeys(lines))]
     items = items_of(by_key) if keys == "all" else []

@@ -5,18 +5,19 @@ A `Document` is both what users extract from and what training/evaluation read: 
 empty. Boxes are normalised to 0-1000 on their page (as in LayoutLM), so serialization does not
 depend on the image resolution.
 
-`serialize(doc)` turns the words into text in reading order: words are grouped into lines
-(vertical overlap of their centres, robust to slightly skewed receipts), lines go top to bottom,
-words left to right. Training, evaluation and extraction all call this one function.
+`serialize(doc)` turns the words into text in reading order (`pipkie.io.reading_order`: words
+grouped into lines, robust to tilted photos and tall OCR boxes; lines top to bottom, words left to
+right). Training, evaluation and extraction all call this one function.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from pipkie.io.reading_order import reading_order_lines
 
 
 @dataclass
@@ -92,71 +93,6 @@ def normalize_box(points: Iterable[float], width: float, height: float) -> tuple
         clamp(max(xs) * 1000 / width),
         clamp(max(ys) * 1000 / height),
     )
-
-
-class _LineStats:
-    """Running statistics of the line being built: the upper median of its word heights and the mean
-    of its word centres, updated in O(log n) per word instead of re-sorting and re-summing the line.
-
-    Both give exactly the values the plain definitions give (`sorted(heights)[n // 2]` and
-    `sum(centres) / n`): the median is kept in two heaps (`high` holds the upper ceil(n/2) heights,
-    so its minimum is element n // 2 of the sorted list), and the centre sum is accumulated left to
-    right from 0 as `sum()` does, so `serialize()` output does not change by a byte.
-    """
-
-    __slots__ = ("low", "high", "total", "n", "centre")
-
-    def __init__(self, w: Word):
-        self.low: list = []  # max-heap (negated) of the lower floor(n/2) heights
-        self.high: list = [w.height]  # min-heap of the upper ceil(n/2) heights
-        self.total = 0 + w.cy
-        self.n = 1
-        self.centre = w.cy  # a one-word line's centre is its word's (not sum / 1)
-
-    @property
-    def median_height(self):
-        return self.high[0]
-
-    def add(self, w: Word) -> None:
-        h = w.height
-        if h >= self.high[0]:
-            heapq.heappush(self.high, h)
-        else:
-            heapq.heappush(self.low, -h)
-        if len(self.high) > len(self.low) + 1:
-            heapq.heappush(self.low, -heapq.heappop(self.high))
-        elif len(self.low) > len(self.high):
-            heapq.heappush(self.high, -heapq.heappop(self.low))
-        self.total += w.cy
-        self.n += 1
-        self.centre = self.total / self.n
-
-
-def reading_order_lines(words: list[Word], overlap: float = 0.5) -> list[list[Word]]:
-    """Group words into lines and sort them (pages, then top to bottom, then left to right).
-
-    A word joins the current line when its vertical centre lies within `overlap` x the line's median
-    word height of the line's running centre; comparing against a running centre (not the first
-    word) tolerates the slow drift of a skewed scan. O(n log n): the line's median height and centre
-    are running statistics (`_LineStats`), so one long line costs no more than many short ones.
-    """
-    by_page: dict[int, list[Word]] = {}
-    for w in words:
-        by_page.setdefault(w.page, []).append(w)
-    lines: list[list[Word]] = []
-    for page in sorted(by_page):
-        pending = sorted(by_page[page], key=lambda w: (w.cy, w.box[0]))
-        page_lines: list[list[Word]] = []
-        stats: _LineStats | None = None
-        for w in pending:
-            if stats is not None and abs(w.cy - stats.centre) <= overlap * max(stats.median_height, w.height):
-                page_lines[-1].append(w)
-                stats.add(w)
-                continue
-            page_lines.append([w])
-            stats = _LineStats(w)
-        lines.extend(sorted(line, key=lambda w: w.box[0]) for line in page_lines)
-    return lines
 
 
 def serialize(doc: Document, layout: bool = False) -> str:
