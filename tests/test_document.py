@@ -10,6 +10,7 @@ rules change is asserted on pages built for them and, as properties, on generate
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -222,3 +223,48 @@ def test_large_pages_are_grouped_in_linear_work(monkeypatch):
     lines = reading_order_lines(ws)
     assert all(n <= 40 * len(ws) for n in reads.values()), reads
     assert texts(lines) == [" ".join(f"{r}.{c}" for c in range(100)) for r in range(500)]
+
+
+def test_an_engine_line_is_read_whole():
+    """A square photo's header as rapidocr read it (0-1000, one engine line per row): the rows bend,
+    and boxes reach halfway into the next row, so words alone are grouped wrong; the engine's lines
+    placed as units read every row whole and in order."""
+    rows = [
+        [("FARGA", (209, 38, 278, 78)), ("GRAN", (287, 33, 340, 76)), ("VIA", (353, 31, 393, 71))],
+        [("Gran", (204, 58, 264, 102)), ("Via", (276, 58, 313, 100)), ("Corts", (327, 53, 398, 98)),
+         ("Catalanes", (404, 49, 533, 96)), ("nº", (547, 47, 576, 91)), ("630", (582, 47, 624, 89))],
+        [("08007", (198, 89, 276, 129)), ("Barcelona", (284, 84, 404, 127)), ("/", (416, 82, 431, 122)),
+         ("B-61759205", (449, 78, 580, 122))],
+        [("Hippopotamus", (200, 111, 362, 153)), ("Restauration", (380, 104, 540, 149)),
+         ("S.L.", (551, 102, 611, 142))],
+    ]  # fmt: skip
+    # the rest of the receipt is level, so the page's slope is 0 and does not straighten the header
+    rows += [
+        [(f"r{r}c{c}", (150 + 140 * c, 250 + 60 * r, 260 + 140 * c, 290 + 60 * r)) for c in range(5)] for r in range(4)
+    ]
+    want = [" ".join(t for t, _ in row) for row in rows]
+    ws = [Word(t, b, 0, line) for line, row in enumerate(rows) for t, b in row]
+    assert page_shear(ws) == 0.0
+    assert texts(reading_order_lines(ws)) == want
+    unlined = [Word(w.text, w.box) for w in ws]
+    assert texts(reading_order_lines(unlined))[:3] == [  # the same words without the engine's lines
+        "FARGA GRAN VIA Catalanes nº 630",
+        "Gran Via Corts / B-61759205",
+        "08007 Barcelona Restauration S.L.",
+    ]
+    assert texts(reading_order_lines(ws, **AS_SCORED)) == texts(reading_order_lines(unlined, **AS_SCORED))
+
+
+def test_engine_lines_round_trip_and_stay_apart_per_page(tmp_path):
+    from pipkie.io.loaders import load_document
+    from pipkie.io.ocr import OCRWord, to_words
+
+    doc = Document("d", words=[Word("a", (1, 2, 3, 4), 0, 7), Word("b", (5, 6, 7, 8))], page_sizes=[(10, 10)])
+    d = doc.to_dict()
+    assert d["words"][0]["line"] == 7 and "line" not in d["words"][1]  # written only when known
+    assert Document.from_dict(d).words == doc.words
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(d))
+    assert [w.line for w in load_document(path).words] == [7, -1]
+    ocr = [OCRWord("x", (0, 0, 5, 5), 0.9, 3)]
+    assert to_words(ocr, (10, 10), 0)[0].line != to_words(ocr, (10, 10), 1)[0].line

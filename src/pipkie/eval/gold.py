@@ -117,7 +117,10 @@ def ocr_document(doc: Document, data_dir: Path, cache: Path, engine: str, thread
             continue
         page = Document.from_dict({**rec, "id": doc.id})
         offset = len(sizes)
-        words += [Word(w.text, w.box, w.page + offset) for w in page.words]
+        words += [
+            Word(w.text, w.box, w.page + offset, w.line if w.line < 0 else w.line + offset * 100_000)
+            for w in page.words
+        ]
         sizes += page.page_sizes or [(1000, 1000)]
     return Document(id=doc.id, words=words, page_sizes=sizes, fields=doc.fields, images=doc.images), ok
 

@@ -22,11 +22,14 @@ from pipkie.io.reading_order import reading_order_lines
 
 @dataclass
 class Word:
-    """One OCR token or segment: its text and box (x0, y0, x1, y1), 0-1000 on its page."""
+    """One OCR token or segment: its text and box (x0, y0, x1, y1), 0-1000 on its page, and the text
+    line the OCR engine read it in (`line`, numbered per document; -1 when unknown: dataset words,
+    generated pages). Words of one engine line stay together and in order in `serialize`."""
 
     text: str
     box: tuple[int, int, int, int] = (0, 0, 0, 0)
     page: int = 0
+    line: int = -1
 
     @property
     def cy(self) -> float:
@@ -54,11 +57,15 @@ class Document:
     text: str | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for w in d["words"]:
+            if w["line"] < 0:
+                del w["line"]  # written only when the OCR engine gave it
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Document:
-        words = [Word(w["text"], tuple(w["box"]), w.get("page", 0)) for w in d.get("words", [])]
+        words = [Word(w["text"], tuple(w["box"]), w.get("page", 0), w.get("line", -1)) for w in d.get("words", [])]
         return cls(
             id=str(d["id"]),
             words=words,

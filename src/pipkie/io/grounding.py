@@ -5,7 +5,7 @@
     results = ground_fields({"total": "6.90", "company": "..."}, doc)
     draw(doc, results, "receipt.jpg", "receipt.boxes.png")
 
-Matching works on the words in reading order (`pipkie.io.document.reading_order_lines`), and then in
+Matching works on the words in reading order (`pipkie.io.reading_order.reading_order_lines`), and then in
 the order the OCR gave them (which keeps a line whole when tall, overlapping boxes fool the
 reading order), compared case-insensitively with all whitespace removed: a value may span words and
 lines (an address over three lines returns the words of all three) and OCR spacing ("7/4,KAWASAN"

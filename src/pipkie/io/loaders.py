@@ -19,7 +19,8 @@ from its name or content type, then from its content:
   extent.
 - JSON words (a .json name or JSON content type, or any text that is such an object):
   `{"words": [{"text": str, "box": [x0, y0, x1, y1] or 8 corner coordinates,
-  "page": int (optional, 0)}], "page_sizes": [[w, h], ...] (optional), "id": str (optional)}`.
+  "page": int (optional, 0), "line": int (optional: the OCR engine's text line, kept whole by the
+  reading order)}], "page_sizes": [[w, h], ...] (optional), "id": str (optional)}`.
   With `page_sizes`, boxes are in pixels of their page and are normalised here; without it they
   must already be 0-1000. `"normalized": true` says boxes are 0-1000 even though page_sizes is
   given (as in `Document.to_dict()` output).
@@ -391,5 +392,6 @@ def words_document(
                     name, f"{where}: box {box} is not 0-1000; give page_sizes for pixel boxes", code="invalid_words"
                 )
             nbox = normalize_box(box, 1000, 1000)
-        words.append(Word(w["text"], nbox, page))
+        line = w.get("line", -1)  # the OCR engine's text line, when the words came from one (`pipkie ocr`)
+        words.append(Word(w["text"], nbox, page, line if type(line) is int and line >= 0 else -1))
     return Document(id=str(obj.get("id", doc_id)), words=words, page_sizes=page_sizes)

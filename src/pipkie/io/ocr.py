@@ -140,9 +140,10 @@ def _engine_limit(image: ImageInput) -> int | None:
 
 
 def to_words(words: list[OCRWord], size: tuple[int, int], page: int = 0) -> list[Word]:
-    """Document words (boxes 0-1000 on a page of `size` = (width, height) pixels)."""
+    """Document words (boxes 0-1000 on a page of `size` = (width, height) pixels), each with the
+    engine's line, numbered apart per page (`page` x 100,000 + line) so a document's lines stay distinct."""
     w, h = size
-    return [Word(x.text, normalize_box(x.box, w, h), page) for x in words if x.text.strip()]
+    return [Word(x.text, normalize_box(x.box, w, h), page, page * 100_000 + x.line) for x in words if x.text.strip()]
 
 
 def _rect(points) -> tuple[float, float, float, float]:

@@ -3,8 +3,8 @@
 `reading_order_lines(words)` is what `serialize` (and so training, evaluation and extraction) reads.
 Words are taken in order of their vertical centre; a word joins a line when its centre lies within
 `overlap` x the line's median word height of the line's running centre (a running centre tolerates
-the slow drift of a skewed scan). Two rules make it hold on photographed receipts, where OCR boxes
-are tall (an axis-aligned box around a tilted word, plus the detector's padding) and lines close:
+the slow drift of a skewed scan). Three rules make it hold on photographed receipts, where OCR
+boxes are tall (an axis-aligned box around a tilted word, plus the detector's padding) and lines close:
 
 - stacked words never share a line (`stacked`): two words whose x-ranges overlap by more than half
   the narrower one are one above the other, so a word that would join a line holding such a word
@@ -12,11 +12,14 @@ are tall (an axis-aligned box around a tilted word, plus the detector's padding)
   AS` and the address line under it were read as one interleaved line;
 - a tilted page is read along its tilt (`deskew`): the page's slope is the median slope between
   neighbouring words (`page_shear`), and centres are compared after removing it (a shear: boxes are
-  0-1000 on each axis, so the slope is in those units, whatever the image's aspect ratio).
+  0-1000 on each axis, so the slope is in those units, whatever the image's aspect ratio);
+- an OCR engine's text line stays whole (`engine_lines`): words the engine read in one line
+  (`Word.line`, kept by `pipkie ocr` and the loaders) are placed as one unit, so a curved or
+  locally tilted photo, where one page slope does not hold, still reads its lines whole.
 
 Measured on WildReceipt dev (docs/RESULTS.md "Reading order of photographed receipts"). The
-datasets' readers group a key's gold boxes with both rules off (`AS_SCORED`), so gold values stay
-what every published number was scored against. Work is O(n log n) in the number of words.
+datasets' readers group a key's gold boxes with the three rules off (`AS_SCORED`), so gold values
+stay what every published number was scored against. Work is O(n log n) in the number of words.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ LOOKBACK = 4  # a word may join one of the last lines started (only they can be 
 SHEAR_MIN = 0.02  # a page rising or falling less than this per unit across is read as level
 SHEAR_MAX = 0.5  # slopes beyond this are not a tilted receipt: read as level
 SHEAR_PAIRS = 5  # fewer neighbouring word pairs than this cannot tell a slope: read as level
-AS_SCORED = {"stacked": None, "deskew": False}  # the grouping the readers' gold values are built with
+# the grouping the readers' gold values are built with (every published number was scored against it)
+AS_SCORED = {"stacked": None, "deskew": False, "engine_lines": False}
 
 
 class _LineStats:
@@ -83,6 +87,20 @@ class _LineStats:
         return False
 
 
+def _unit(words: list[Word], s: float) -> tuple[float, int, int, int, list[Word]]:
+    """(centre, x0, x1, height, words) of words grouped as one, read along the page's tilt `s`: a
+    tilted word's box is taller than its text by |s| x its width."""
+    ys, hs = [], []
+    for w in words:
+        y, h = w.cy, w.height
+        if s:
+            y, h = y - s * ((w.box[0] + w.box[2]) / 2 - 500), max(1, int(h - abs(s) * (w.box[2] - w.box[0])))
+        ys.append(y)
+        hs.append(h)
+    y = ys[0] if len(ys) == 1 else sum(ys) / len(ys)
+    return y, min(w.box[0] for w in words), max(w.box[2] for w in words), sorted(hs)[len(hs) // 2], words
+
+
 def page_shear(words: list[Word]) -> float:
     """The page's slope (dy per dx, 0-1000 units) from each word and its nearest right-hand
     neighbour on the same line (centres within 0.6 of the taller height, a gap under 6 heights), the
@@ -123,14 +141,21 @@ def page_shear(words: list[Word]) -> float:
 
 
 def reading_order_lines(
-    words: list[Word], overlap: float = 0.5, stacked: float | None = STACKED, deskew: bool = True
+    words: list[Word],
+    overlap: float = 0.5,
+    stacked: float | None = STACKED,
+    deskew: bool = True,
+    engine_lines: bool = True,
 ) -> list[list[Word]]:
     """Group words into lines and sort them (pages, then top to bottom, then left to right).
 
-    `stacked=None` and `deskew=False` (`AS_SCORED`) give the plain grouping: each word joins the line
-    started last or starts one. Otherwise a word joins, of the last `LOOKBACK` lines, the one whose
-    centre is nearest among those within reach and without a word it is stacked on. Lines keep the
-    order of their first word; the words of a line go left to right.
+    With `engine_lines`, the words of one OCR engine line (`Word.line` >= 0) are one unit: its
+    centre the mean of theirs, its height their median, its x-range theirs together, its words in
+    their left-to-right order. `stacked=None`, `deskew=False` and `engine_lines=False` (`AS_SCORED`)
+    give the plain grouping: each word joins the line started last or starts one. Otherwise a word
+    (or unit) joins, of the last `LOOKBACK` lines, the one whose centre is nearest among those within
+    reach and without a word it is stacked on. Lines keep the order of their first word; the words
+    of a line go left to right.
     """
     by_page: dict[int, list[Word]] = {}
     for w in words:
@@ -139,17 +164,17 @@ def reading_order_lines(
     for page in sorted(by_page):
         ws = by_page[page]
         s = page_shear(ws) if deskew else 0.0
-        keyed = []
+        keyed, by_line = [], {}
         for w in ws:
-            x0, x1 = w.box[0], w.box[2]
-            y, h = w.cy, w.height
-            if s:  # read along the tilt; a tilted word's box is taller than its text by |s| x its width
-                y, h = y - s * ((x0 + x1) / 2 - 500), max(1, int(h - abs(s) * (x1 - x0)))
-            keyed.append((y, x0, x1, h, w))
+            if engine_lines and w.line >= 0:
+                by_line.setdefault(w.line, []).append(w)
+            else:
+                keyed.append(_unit([w], s))
+        keyed += [_unit(sorted(u, key=lambda w: w.box[0]), s) for u in by_line.values()]
         keyed.sort(key=lambda t: (t[0], t[1]))
         page_lines: list[list[Word]] = []
         stats: list[_LineStats] = []
-        for y, x0, x1, h, w in keyed:
+        for y, x0, x1, h, unit in keyed:
             best = None
             for j in range(len(stats) - 1, max(-1, len(stats) - 1 - (LOOKBACK if stacked is not None else 1)), -1):
                 line = stats[j]
@@ -160,10 +185,10 @@ def reading_order_lines(
                     continue
                 best = (d, j)
             if best is None:
-                page_lines.append([w])
+                page_lines.append([(x0, unit)])
                 stats.append(_LineStats(y, h, x0, x1))
             else:
-                page_lines[best[1]].append(w)
+                page_lines[best[1]].append((x0, unit))
                 stats[best[1]].add(y, h, x0, x1)
-        lines.extend(sorted(line, key=lambda w: w.box[0]) for line in page_lines)
+        lines.extend([w for _, unit in sorted(line, key=lambda t: t[0]) for w in unit] for line in page_lines)
     return lines
