@@ -306,6 +306,13 @@ def test_bench_lines_sweep_on_a_tiny_model(tiny_model_dir, tmp_path):  # noqa: F
     res = run("bench", "--lines", "1,2", "--lines-items", "2", "--batch", "1", "--model", tiny_model_dir, "--no-sweeps")
     assert res.exit_code == 0, res.output
     assert "| 1 | 2 |" in res.stdout
+    assert result["env"]["seed"] == 0
+    seeded = tmp_path / "seeded.json"
+    argv = ["--lines", "3", "--lines-items", "4", "--batch", "1", "--model", tiny_model_dir, "--no-sweeps"]
+    res = run("bench", *argv, "--lines-seed", "3", "--json", seeded)
+    assert res.exit_code == 0, res.output
+    assert json.loads(seeded.with_suffix(".lines.json").read_text())["env"]["seed"] == 3
+    assert items_receipt(3, random.Random("3-3")) != items_receipt(3, random.Random("0-3"))  # another draw
     res = run("bench", "--model", tiny_model_dir)
     assert res.exit_code == 2 and "--lines" in res.output
     res = run("bench", "--lines", "1,x", "--model", tiny_model_dir)

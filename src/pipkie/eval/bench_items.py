@@ -163,6 +163,7 @@ def lines_bench(
     lines=LINES,
     batch_sizes=(1,),
     items_budget: int | None = None,
+    seed: int = 0,
     threads: int = 1,
     repeats: int = 1,
     json_path: str | None = None,
@@ -180,6 +181,7 @@ def lines_bench(
         model=model_path,
         ar_model=ar_path,
         repeats=repeats,
+        seed=seed,
         items_budget=items_budget or max(lines),
         parameters=sum(p.numel() for p in model.parameters()),
     )
@@ -200,6 +202,7 @@ def lines_bench(
         batch_sizes=batch_sizes,
         items_budget=items_budget,
         repeats=repeats,
+        seed=seed,
         log=log,
         out=result["lines"],
         save=save,
