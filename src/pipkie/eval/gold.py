@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pipkie.data import read_dataset
 from pipkie.io.document import Document, Word
+from pipkie.io.ocr import LINES_PER_PAGE
 from pipkie.io.ocr_folder import ocr_folder, output_path
 
 
@@ -117,10 +118,8 @@ def ocr_document(doc: Document, data_dir: Path, cache: Path, engine: str, thread
             continue
         page = Document.from_dict({**rec, "id": doc.id})
         offset = len(sizes)
-        words += [
-            Word(w.text, w.box, w.page + offset, w.line if w.line < 0 else w.line + offset * 100_000)
-            for w in page.words
-        ]
+        lines = offset * LINES_PER_PAGE  # the image's engine lines numbered as `to_words` numbers a page's
+        words += [Word(w.text, w.box, w.page + offset, w.line if w.line < 0 else w.line + lines) for w in page.words]
         sizes += page.page_sizes or [(1000, 1000)]
     return Document(id=doc.id, words=words, page_sizes=sizes, fields=doc.fields, images=doc.images), ok
 

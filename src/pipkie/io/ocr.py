@@ -139,11 +139,15 @@ def _engine_limit(image: ImageInput) -> int | None:
     return None if isinstance(image, Image.Image) else MAX_PIXELS
 
 
+LINES_PER_PAGE = 100_000  # a document's engine lines are numbered page x this + the line on the page
+
+
 def to_words(words: list[OCRWord], size: tuple[int, int], page: int = 0) -> list[Word]:
     """Document words (boxes 0-1000 on a page of `size` = (width, height) pixels), each with the
-    engine's line, numbered apart per page (`page` x 100,000 + line) so a document's lines stay distinct."""
+    engine's line, numbered apart per page (`LINES_PER_PAGE`) so a document's lines stay distinct."""
     w, h = size
-    return [Word(x.text, normalize_box(x.box, w, h), page, page * 100_000 + x.line) for x in words if x.text.strip()]
+    first = page * LINES_PER_PAGE
+    return [Word(x.text, normalize_box(x.box, w, h), page, first + x.line) for x in words if x.text.strip()]
 
 
 def _rect(points) -> tuple[float, float, float, float]:
