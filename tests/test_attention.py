@@ -1,5 +1,7 @@
 """Attention semantics of the named patterns, on tiny random Qwen2 and Llama models."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -164,7 +166,7 @@ def test_index_mask_equals_transformers_vmap_path(tokenizer, attn, pattern, cach
 def test_pip_sdpa_runs_the_prefix_on_the_causal_kernel_with_the_same_result(tokenizer, arch, field_blocks, monkeypatch):
     """ "pipkie_sdpa" splits a PIP pass: prefix rows on sdpa's causal kernel, template rows through
     their slice of the mask. Same hidden states as sdpa with the whole explicit mask; with left
-    padding in the batch it falls back to the mask (and still agrees)."""
+    padding in the batch the prefix rows take their rows of the mask instead (and still agree)."""
     from pipkie.decoding.pip import OnePass
     from pipkie.model.attention import PIP_SDPA, causal_rows, enable_pip_attention
 
@@ -202,9 +204,57 @@ def test_pip_sdpa_runs_the_prefix_on_the_causal_kernel_with_the_same_result(toke
         two = OnePass(model, b, [short, long], pattern="prefix_causal")
         assert causal_rows(model, "prefix_causal", two.attn, two.block) == 0  # left padding: the mask
         h2 = two._hidden(two.ids)[0]
-        assert all(not causal for _, _, causal in calls) and len(calls) == layers
+        # the prefix rows through their rows of the mask, then the template rows (one run here)
+        start = int((two.block > 0).any(0).nonzero()[0])
+        width = two.ids.shape[1]
+        assert calls == [(start, start, False), (width - start, width, False)] * layers
         assert (h2 - ref[1]).abs().max() < 1e-5
         assert causal_rows(model, "full", one.attn, one.block) == 0
+
+
+@pytest.mark.parametrize("rows", [7, 128])
+def test_template_rows_run_by_run_see_what_the_mask_allows_and_agree(tokenizer, rows, monkeypatch):
+    """`template_chunks` keeps, for every run of template rows, the prefix and one range of template
+    keys that spans every key those rows may see (so the softmax is sdpa's), and a long list template
+    (40 item groups, each seeing itself and the group before) asks each run for a small share of
+    the keys. The hidden states equal sdpa's with the whole explicit mask."""
+    import pipkie.model.attention as A
+    from pipkie.decoding.pip import OnePass
+    from pipkie.model.attention import build_attention_mask, causal_rows, enable_pip_attention, template_chunks
+
+    model = tiny_model(tokenizer, "llama")
+    b = TemplateBuilder(tokenizer, max_length=4096, default_budget=4)
+    parsed = KeySchema.parse("company,total,items[name,price]")
+    schema = replace(parsed, groups=(replace(parsed.groups[0], max_items=40),))
+    enc = b.pip(DOC * 3, schema)
+    with torch.inference_mode():
+        run = OnePass(model, b, [enc], pattern="prefix_causal")
+        ref = run._hidden(run.ids)[0]
+        assert enable_pip_attention(model)
+        c = causal_rows(model, "prefix_causal", run.attn, run.block)
+        mask = build_attention_mask(
+            model, "prefix_causal", run.attn, query_length=run.ids.shape[1], block_ids=run.block
+        )
+        plan = template_chunks(mask, c, rows)
+        assert [r0 for r0, *_ in plan] == list(range(c, mask.shape[2], rows)) and plan[-1][1] == mask.shape[2]
+        for r0, r1, lo, hi, sub in plan:
+            seen = mask[0, 0, r0:r1].nonzero()[:, 1]
+            assert bool(((seen < c) | ((seen >= lo) & (seen < hi))).all())  # nothing the rows may see is left out
+            assert torch.equal(sub[0, 0], torch.cat([mask[0, 0, r0:r1, :c], mask[0, 0, r0:r1, lo:hi]], -1))
+        if rows == 7:  # runs within a group or two: a few groups' keys, not the whole template
+            assert max(hi - lo for _, _, lo, hi, _ in plan) < (mask.shape[2] - c) / 5
+        padded = OnePass(model, b, [enc, b.pip(DOC, schema)], pattern="prefix_causal")  # left-padded batch
+        model.set_attn_implementation("sdpa")  # the reference: sdpa with the whole explicit mask
+        ref2 = padded._hidden(padded.ids)[0]
+        assert enable_pip_attention(model)
+        monkeypatch.setattr(A, "CHUNK_ROWS", rows)
+        monkeypatch.setattr(A.template_chunks, "__defaults__", (rows,))
+        h = run._hidden(run.ids)[0]
+        h2 = padded._hidden(padded.ids)[0]
+    assert (h - ref).abs().max() < 1e-5
+    assert (h2 - ref2)[padded.attn.bool()].abs().max() < 1e-5
+    assert template_chunks(None, c) is None and template_chunks(mask.float(), c) is None
+    assert template_chunks(mask, 0) is None and template_chunks(mask, mask.shape[2]) is None
 
 
 def test_pip_sdpa_is_plain_sdpa_without_pip_rows(tokenizer):

@@ -55,13 +55,20 @@ def ocr_batch(batch: dict, *, engine: str, threads: int, max_pages: int, options
 class ExtractActor:
     """Ray Data actor: one Extractor (loaded once), rows of OCR'd documents in, output rows out."""
 
-    def __init__(self, model: str, threads: int = 1, ocr: str = "rapidocr", ar_model: str | None = None):
+    def __init__(
+        self,
+        model: str,
+        threads: int = 1,
+        ocr: str = "rapidocr",
+        ar_model: str | None = None,
+        compute: str | None = None,
+    ):
         import torch
 
         from pipkie import Extractor
 
         torch.set_num_threads(threads)
-        self.ex = Extractor.from_pretrained(model, threads=threads, ocr=ocr, ar_model=ar_model)
+        self.ex = Extractor.from_pretrained(model, threads=threads, ocr=ocr, ar_model=ar_model, compute=compute)
 
     def __call__(
         self,
@@ -133,6 +140,7 @@ def extract_files_ray(
     model_threads: int = 1,
     actors: int = 1,
     ar_model: str | None = None,
+    compute: str | None = None,
     address: str | None = None,
     flush_every: int = 32,
     progress: bool = True,
@@ -170,7 +178,9 @@ def extract_files_ray(
         batch_size=window or 2 * batch_size,
         num_cpus=model_threads,
         compute=ray.data.ActorPoolStrategy(size=actors),
-        fn_constructor_kwargs=dict(model=str(model), threads=model_threads, ocr=ocr, ar_model=ar_model),
+        fn_constructor_kwargs=dict(
+            model=str(model), threads=model_threads, ocr=ocr, ar_model=ar_model, compute=compute
+        ),
         fn_kwargs=dict(
             schema=schema,
             decode=decode,

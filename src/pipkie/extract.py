@@ -49,6 +49,7 @@ from pipkie.io.grounding import ground_items, locate
 from pipkie.io.loaders import load_document
 from pipkie.model.groups import ItemsResult
 from pipkie.model.modeling import NoARBaseline, builder_for, default_model_path, load_model, model_for_decode
+from pipkie.model.precision import compute_of
 from pipkie.schema import KeySchema
 
 
@@ -150,11 +151,13 @@ class Extractor:
         threads: int = 1,
         ocr: str = "rapidocr",
         ar_model: str | Path | None = None,
+        compute: str | None = None,
     ) -> Extractor:
-        """Load a pipkie model directory (default: the shipped model, or $PIPKIE_MODEL)."""
+        """Load a pipkie model directory (default: the shipped model, or $PIPKIE_MODEL); `compute`:
+        the layers' precision, float32 or bfloat16 (`pipkie.model.precision`; its AR baseline too)."""
         torch.set_num_threads(threads)
         path = str(path or default_model_path())
-        model, tokenizer, settings = load_model(path, pad_vocab=True)
+        model, tokenizer, settings = load_model(path, pad_vocab=True, compute=compute)
         return cls(
             model,
             tokenizer,
@@ -186,7 +189,7 @@ class Extractor:
                 )
             else:
                 path = model_for_decode(self.name or "this model", decode, self.settings)
-            model, tok, settings = load_model(path, pad_vocab=True)
+            model, tok, settings = load_model(path, pad_vocab=True, compute=compute_of(self.model))
             if settings.objective != "ar":
                 raise ValueError(f"the AR baseline {path} is not an AR model (objective {settings.objective!r})")
             self._ar = (model, builder_for(tok, settings))

@@ -40,6 +40,22 @@ def set_threads(n: int | None) -> int:
     return n
 
 
+COMPUTE_HELP = (
+    "the layers' precision: float32 | bfloat16 (default $PIPKIE_COMPUTE, else float32; bfloat16 runs "
+    "PIP's pass ~2x faster on CPUs with AMX, the AR baseline too; accuracy in docs/RESULTS.md)"
+)
+
+
+def check_compute(value: str | None) -> str:
+    """--compute resolved (`pipkie.model.precision.resolve_compute`), or a usage error."""
+    from pipkie.model.precision import resolve_compute
+
+    try:
+        return resolve_compute(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--compute") from None
+
+
 def quiet_transformers() -> None:
     """No weight-loading progress bars or info logs on stderr (it carries our progress and errors)."""
     try:
@@ -56,7 +72,7 @@ def error(msg: str) -> None:
     typer.echo(f"error: {msg}", err=True)
 
 
-def load_extractor(model: str | None, threads: int, ocr: str):
+def load_extractor(model: str | None, threads: int, ocr: str, compute: str | None = None):
     from pipkie.extract import Extractor
     from pipkie.model.modeling import default_model_path
 
@@ -67,7 +83,7 @@ def load_extractor(model: str | None, threads: int, ocr: str):
             raise FileNotFoundError(
                 f"model not found: {path} (give a pipkie model directory with --model or $PIPKIE_MODEL)"
             )
-        return Extractor.from_pretrained(path, threads=threads, ocr=ocr)
+        return Extractor.from_pretrained(path, threads=threads, ocr=ocr, compute=compute)
     except FileNotFoundError as e:
         error(str(e))
     except (OSError, ValueError, RuntimeError) as e:

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import typer
 
-from pipkie.cli.common import app, decoder_help, error, int_list, key_schema, quiet_transformers, set_threads
+from pipkie.cli.common import (
+    COMPUTE_HELP,
+    app,
+    check_compute,
+    decoder_help,
+    error,
+    int_list,
+    key_schema,
+    quiet_transformers,
+    set_threads,
+)
 
 
 @app.command()
@@ -39,6 +49,7 @@ def evaluate(
         None, help="OCR words cache (default: ocr-cache/ beside --json); `pipkie ocr DATA_DIR --out DIR` writes one"
     ),
     threads: int | None = typer.Option(None),
+    compute: str | None = typer.Option(None, help=COMPUTE_HELP),
     json_path: Path | None = typer.Option(
         None, "--json", help="write the result here (+ .predictions.jsonl, resumed only under the same settings)"
     ),
@@ -57,6 +68,7 @@ def evaluate(
     from pipkie.model.modeling import default_model_path
 
     n = set_threads(threads)
+    compute = check_compute(compute)
     ks = key_schema(keys, schema)
     quiet_transformers()
     try:
@@ -77,6 +89,7 @@ def evaluate(
             json_path=str(json_path) if json_path else None,
             fresh=fresh,
             reliability=str(reliability) if reliability else None,
+            compute=compute,
             log=lambda m: typer.echo(m, err=True),
         )
     except (ValueError, FileNotFoundError, OCREngineError) as e:
@@ -215,6 +228,7 @@ def bench(
     batch: str = typer.Option("1,8", help="batch sizes, comma-separated"),
     limit: int = typer.Option(32, help="documents timed per batch size"),
     threads: int | None = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
+    compute: str | None = typer.Option(None, help=COMPUTE_HELP + "; both models run in it"),
     repeats: int = typer.Option(1, min=1, help="time each batch this many times per method, keep the fastest"),
     methods: str | None = typer.Option(None, help="comma-separated (default: every decoder, and pip-refine1,2)"),
     sweeps: bool = typer.Option(True, help="speed-up sweeps over number of keys and value length"),
@@ -230,6 +244,7 @@ def bench(
     from pipkie.model.modeling import default_model_path, model_for_decode
 
     n = set_threads(threads)
+    compute = check_compute(compute)
     known = all_methods()
     wanted = tuple(m.strip() for m in methods.split(",") if m.strip()) if methods is not None else known
     if not wanted or set(wanted) - set(known):
@@ -251,7 +266,7 @@ def bench(
     except (FileNotFoundError, ValueError) as e:
         error(str(e))
         raise typer.Exit(2) from None
-    typer.echo(f"threads: torch={n} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    typer.echo(f"threads: torch={n} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')} compute={compute}")
     if counts:
         from pipkie.eval.bench_items import lines_bench, lines_table
 
@@ -267,6 +282,7 @@ def bench(
                 repeats=repeats,
                 json_path=str(json_path.with_suffix(".lines.json")) if json_path else None,
                 plot_dir=str(plot) if plot else None,
+                compute=compute,
                 log=typer.echo,
             )
         except ValueError as e:
@@ -289,6 +305,7 @@ def bench(
         sweeps=sweeps,
         json_path=str(json_path) if json_path else None,
         plot_dir=str(plot) if plot else None,
+        compute=compute,
         log=typer.echo,
     )
     typer.echo(markdown_table(result))

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import typer
 
-from pipkie.cli.common import app, decoder_help, error, key_schema, load_extractor, parse_shard, set_threads
+from pipkie.cli.common import (
+    COMPUTE_HELP,
+    app,
+    check_compute,
+    decoder_help,
+    error,
+    key_schema,
+    load_extractor,
+    parse_shard,
+    set_threads,
+)
 
 
 @app.command()
@@ -46,6 +56,7 @@ def extract(
         None, help="draw the boxes and values on the page image and save it here (several files: OUT.<file stem>.png)"
     ),
     threads: int | None = typer.Option(None, help="torch/OCR threads (default $PIPKIE_THREADS or 1)"),
+    compute: str | None = typer.Option(None, help=COMPUTE_HELP),
     ocr: str = typer.Option("rapidocr", help="OCR engine for images and scanned PDFs: rapidocr | tesseract"),
     batch_size: int = typer.Option(8, min=1, help="documents decoded together (one forward pass for PIP)"),
     max_pages: int = typer.Option(20, min=1, help="refuse documents with more pages"),
@@ -90,7 +101,8 @@ def extract(
         raise typer.BadParameter(f"must be one of {', '.join(DECODERS)}", param_hint="--decode")
     ks = key_schema(keys, schema)
     n = set_threads(threads)
-    ex = load_extractor(model, n, ocr)
+    compute = check_compute(compute)
+    ex = load_extractor(model, n, ocr, compute)
     if ks is None and not ex.settings.keys:
         raise typer.BadParameter("this model has no default keys: give --keys or --schema")
     if ar_model and not Path(ar_model).is_dir():
@@ -129,6 +141,7 @@ def extract(
             model_threads=n,
             actors=workers or 1,
             ar_model=ar_model,
+            compute=compute,
             address=None if ray == "local" else ray,
             **common,
         )

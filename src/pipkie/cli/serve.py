@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pipkie.cli.common import app, error, load_extractor, set_threads
+from pipkie.cli.common import COMPUTE_HELP, app, error, load_extractor, set_threads
 
 
 @app.command()
@@ -13,6 +13,7 @@ def serve(
     port: int = typer.Option(8000),
     model: str | None = typer.Option(None, help="model directory (default: $PIPKIE_MODEL, else the shipped model)"),
     threads: int | None = typer.Option(None, help="torch/OCR threads (default $PIPKIE_THREADS or 1)"),
+    compute: str | None = typer.Option(None, help=COMPUTE_HELP),
     ocr: str | None = typer.Option(None, help="rapidocr | tesseract (default rapidocr)"),
     max_batch: int | None = typer.Option(None, min=1, help="most requests decoded together (8)"),
     max_wait_ms: float | None = typer.Option(
@@ -44,6 +45,7 @@ def serve(
         settings = ServeSettings.from_env(
             model=model,
             threads=threads,
+            compute=compute,
             ocr=ocr,
             max_batch=max_batch,
             max_wait_ms=max_wait_ms,
@@ -60,6 +62,6 @@ def serve(
         error(str(e))
         raise typer.Exit(2) from None
     n = set_threads(settings.threads)
-    ex = load_extractor(settings.model, n, settings.ocr)
+    ex = load_extractor(settings.model, n, settings.ocr, settings.compute)
     typer.echo(f"pipkie: serving {ex.name}: open http://{host}:{port}/ in a browser (API docs: /docs)", err=True)
     run(host, port, extractor=ex, settings=settings.model_copy(update={"threads": n}))

@@ -25,7 +25,7 @@ from pipkie.decoding.items import ItemPlacer, put_copied, read_on, stream_lines
 from pipkie.decoding.results import Prediction, collect
 from pipkie.decoding.slot_head import choose, lm_logits
 from pipkie.decoding.types import is_typed, typed_start
-from pipkie.model.attention import build_attention_mask, causal_rows
+from pipkie.model.attention import build_attention_mask, causal_rows, template_chunks, template_start
 from pipkie.model.copyhead import FieldSpan, copy_distributions, get_head, start_gate_past, stream_keys
 from pipkie.model.template import Encoded, TemplateBuilder
 from pipkie.schema import KeySchema
@@ -93,8 +93,9 @@ def pip_hidden(model, ids, attn, block_ids, *, pattern: str, cache=None, start=N
     )
     rope = rope_positions(model, ids, attn, model_inputs) if cache is None else pos
     c = causal_rows(model, pattern, attn, block_ids, cache)
-    if c:  # the prefix rows on the causal kernel (pipkie.model.attention.pip_sdpa_attention)
-        model_inputs = {**model_inputs, "pip_causal_rows": c}
+    chunks = template_chunks(mask, c or template_start(model, pattern, block_ids, cache))
+    if c or chunks:  # the prefix rows on the causal kernel, the template's run by run (pipkie.model.attention)
+        model_inputs = {**model_inputs, "pip_causal_rows": c, "pip_row_chunks": chunks}
     return final_hidden(model, ids, mask, rope, cache, **model_inputs)
 
 

@@ -40,6 +40,7 @@ from pipkie.eval.memory import PeakRSS, weights_mb
 from pipkie.eval.metrics import Scores
 from pipkie.io.document import serialize
 from pipkie.model.modeling import builder_for, load_model, model_for_decode
+from pipkie.model.precision import compute_of
 from pipkie.schema import Key, KeySchema
 
 REFINE_STEPS = (1, 2)  # refinement variants timed for decoders that refine: "pip-refine1", "pip-refine2"
@@ -125,16 +126,17 @@ def _time(fn, *a):
     return time.perf_counter() - t0, out
 
 
-def load_pair(model_path: str, ar_model_path: str | None = None, *, need_ar: bool = True):
+def load_pair(model_path: str, ar_model_path: str | None = None, *, need_ar: bool = True, compute: str | None = None):
     """(model, builder, settings, AR model, AR builder, AR model path): the PIP model and, if
     `need_ar`, its AR baseline (same architecture and data, trained causally: a real AR extractor;
-    none is an error, `model_for_decode`), else the PIP model again in the AR slots."""
-    model, tokenizer, settings = load_model(model_path, pad_vocab=True)
+    none is an error, `model_for_decode`), else the PIP model again in the AR slots. Both run their
+    layers in `compute` (`pipkie.model.precision`): a comparison never mixes precisions."""
+    model, tokenizer, settings = load_model(model_path, pad_vocab=True, compute=compute)
     builder = builder_for(tokenizer, settings)
     ar_model, ar_builder = model, builder
     if need_ar:
         ar_model_path = ar_model_path or model_for_decode(model_path, "ar-forced", settings)
-        ar_model, ar_tok, ar_settings = load_model(ar_model_path, pad_vocab=True)
+        ar_model, ar_tok, ar_settings = load_model(ar_model_path, pad_vocab=True, compute=compute)
         if ar_settings.objective != "ar":
             raise ValueError(
                 f"the AR baseline {ar_model_path} is not an AR model (objective {ar_settings.objective!r})"
@@ -158,13 +160,17 @@ def bench(
     sweeps: bool = True,
     json_path: str | None = None,
     plot_dir: str | None = None,
+    compute: str | None = None,
     log=print,
 ) -> dict:
     if not methods or set(methods) - set(all_methods()):
         raise ValueError(f"methods must be among {', '.join(all_methods())}, got {', '.join(methods) or 'none'}")
     torch.set_num_threads(threads)
     model, builder, settings, ar_model, ar_builder, ar_model_path = load_pair(
-        model_path, ar_model_path, need_ar=sweeps or any(method_decoder(m)[0].objective == "ar" for m in methods)
+        model_path,
+        ar_model_path,
+        need_ar=sweeps or any(method_decoder(m)[0].objective == "ar" for m in methods),
+        compute=compute,
     )
     pattern = settings.pattern
     docs = list(read_dataset(dataset, data_dir, split, limit=limit))
@@ -184,6 +190,7 @@ def bench(
         model=model_path,
         ar_model=ar_model_path,
         attention=model.config._attn_implementation,
+        compute=compute_of(model),  # the layers' precision, the same for both models (load_pair)
         lm_head="bf16 (AMX), decisions checked against float32" if fast_head(model) else "float32",
         repeats=repeats,
         parameters=sum(p.numel() for p in model.parameters()),

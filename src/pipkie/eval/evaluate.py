@@ -46,6 +46,7 @@ from pipkie.io.document import serialize
 from pipkie.model.groups import field_budget as item_budget
 from pipkie.model.groups import items_budgets
 from pipkie.model.modeling import builder_for, load_model, model_for_decode
+from pipkie.model.precision import resolve_compute
 from pipkie.schema import KeySchema
 
 
@@ -149,6 +150,7 @@ def evaluate(
     json_path: str | None = None,
     fresh: bool = False,
     reliability: str | None = None,
+    compute: str | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
     """Decode `split` of `dataset` with the model and score it; the summary described above.
@@ -157,7 +159,8 @@ def evaluate(
     keys); key_map: {requested key: gold key} or "a=x,b=y"; ocr: an OCR engine to read the images
     with instead of the dataset's words (its words cached in `ocr_cache`, default `ocr-cache/`
     beside `json_path`); json_path: where the summary goes, its predictions file beside it;
-    reliability: a PNG path for the reliability diagram. `log` gets the progress messages."""
+    reliability: a PNG path for the reliability diagram; compute: the layers' precision
+    (`pipkie.model.precision`). `log` gets the progress messages."""
     decode = get_decoder(decode).name
     key_map = parse_key_map(key_map)
     ocr = None if ocr in (None, "", "none", "dataset") else ocr
@@ -173,7 +176,8 @@ def evaluate(
         dataset, data_dir, split, limit=limit, ocr=ocr, ocr_cache=ocr_cache, threads=threads, log=log
     )
     torch.set_num_threads(threads)
-    model, tokenizer, settings = load_model(model_path, pad_vocab=True)
+    compute = resolve_compute(compute)
+    model, tokenizer, settings = load_model(model_path, pad_vocab=True, compute=compute)
     builder = builder_for(tokenizer, settings)
     schema = KeySchema.resolve(
         keys or None,
@@ -195,6 +199,7 @@ def evaluate(
         limit=limit,
         key_map=key_map,
         post=SNAP,  # values snapped to document words (predictions from before are decoded again)
+        **({"compute": compute} if compute != "float32" else {}),  # float32 runs resume as before
         **(
             {
                 "lists": [
@@ -268,6 +273,7 @@ def evaluate(
         ocr=ocr or "dataset",
         batch_size=batch_size,
         threads=threads,
+        compute=compute,
         refine_steps=refine_steps,
         truncated_ids=[r["id"] for r in rows if r["truncated"]],
         warnings=warns,

@@ -21,6 +21,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from pipkie.model.attention import enable_pip_attention
 from pipkie.model.copyhead import CopyHead, attach
+from pipkie.model.precision import set_compute
 from pipkie.model.template import SPECIAL_TOKENS, TemplateBuilder, add_special_tokens
 
 SETTINGS_FILE = "pipkie.json"
@@ -273,9 +274,11 @@ def pad_vocabulary(model, multiple: int = 64) -> None:
     model.set_output_embeddings(VocabSlice(model.get_output_embeddings(), size))
 
 
-def load_model(path: str | Path, *, dtype=torch.float32, pad_vocab: bool = False):
+def load_model(path: str | Path, *, dtype=torch.float32, pad_vocab: bool = False, compute: str | None = None):
     """(model, tokenizer, settings) from a pipkie directory, a base name/path, or a LoRA adapter dir.
-    pad_vocab: inference only, see `pad_vocabulary` (same outputs, a faster LM head)."""
+    pad_vocab: inference only, see `pad_vocabulary` (same outputs, a faster LM head).
+    compute: inference only, the layers' precision (`pipkie.model.precision`; None: $PIPKIE_COMPUTE,
+    else float32); with pad_vocab (the inference loaders) only, so training never sees it."""
     path = str(path)
     if path != "smollm2" and not Path(path).is_dir() and (path.startswith((".", "/", "~")) or path.count("/") > 1):
         raise FileNotFoundError(f"model not found: {path} is not a directory")
@@ -299,6 +302,9 @@ def load_model(path: str | Path, *, dtype=torch.float32, pad_vocab: bool = False
         attach(model, CopyHead.load(path))
     if pad_vocab:
         pad_vocabulary(model)
+        set_compute(model, compute)
+    elif compute is not None:
+        raise ValueError("compute precision is for inference: load with pad_vocab=True")
     enable_pip_attention(model)
     model.eval()
     return model, tokenizer, settings

@@ -111,7 +111,9 @@ class Service:
                     from pipkie.extract import Extractor
 
                     s = self.settings
-                    self._extractor = Extractor.from_pretrained(s.model, threads=s.threads, ocr=s.ocr)
+                    self._extractor = Extractor.from_pretrained(
+                        s.model, threads=s.threads, ocr=s.ocr, compute=s.compute
+                    )
         return self._extractor
 
     def default_keys(self) -> list[str]:

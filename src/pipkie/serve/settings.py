@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 ENV_PREFIX = "PIPKIE_"
 
@@ -29,6 +29,9 @@ class ServeSettings(BaseModel):
     # what runs
     model: str | None = Field(None, description="model directory (default: the shipped model)")
     threads: int = Field(1, ge=1, le=256, description="torch and OCR threads")
+    compute: Literal["float32", "bfloat16"] = Field(
+        "float32", description="the layers' precision (pipkie.model.precision; bfloat16: faster PIP on AMX CPUs)"
+    )
     ocr: Literal["rapidocr", "tesseract"] = Field("rapidocr", description="OCR engine for images and scans")
     load_workers: int = Field(2, ge=1, le=64, description="threads loading/OCR-ing documents (bounded pool)")
     warmup: bool = Field(True, description="one model call at startup, to measure seconds per document")
@@ -48,13 +51,21 @@ class ServeSettings(BaseModel):
     max_queue: int = Field(32, ge=1, description="most requests admitted at once, loading or queued (503 beyond)")
     ocr_seconds: float = Field(4.0, gt=0, description="estimated seconds to load+OCR an image, until measured")
 
+    @field_validator("compute", mode="before")
+    @classmethod
+    def _compute(cls, value):
+        """bf16 / fp32 as well (`pipkie.model.precision.resolve_compute`)."""
+        from pipkie.model.precision import resolve_compute
+
+        return resolve_compute(value) if isinstance(value, str) else value
+
     @property
     def max_body_bytes(self) -> int:
         return int(self.max_upload_mb * 2**20)
 
     def public(self) -> dict:
         """The limits a client may want to know (GET /health)."""
-        return self.model_dump(exclude={"model", "threads", "ocr", "load_workers", "warmup", "ocr_seconds"})
+        return self.model_dump(exclude={"model", "threads", "compute", "ocr", "load_workers", "warmup", "ocr_seconds"})
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> ServeSettings:

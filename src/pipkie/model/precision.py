@@ -1,0 +1,69 @@
+"""Compute precision at inference: float32, or the decoder's layers in bfloat16.
+
+A PIP pass is a few large matrix products (a receipt with 20 line items: ~1,500 tokens at once),
+which CPUs with bf16 units (AMX, AVX512-BF16) run about twice as fast in bfloat16; AR decoding at
+batch 1 multiplies one row at a time, is bound by everything but the arithmetic, and gains nothing
+(both measured in docs/RESULTS.md, "bfloat16 layers"). So `bfloat16` is a choice a user makes for
+speed, with its accuracy on dev beside it, and every decoder of a comparison runs under the same one.
+
+What changes under `bfloat16`: the transformer layers' weights are cast (half the memory), and the
+embeddings' output is cast on its way into the first layer. What does not: the embeddings themselves
+(tied to the LM head, whose own bf16 path, `pipkie.decoding.slot_head`, keeps float32 decisions),
+the final norm (float32 weights, so the hidden states the LM head and the copy head read are float32),
+and the copy head. Training always runs in float32 (with autocast where `pipkie.train.loop` says).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+COMPUTE = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+ENV = "PIPKIE_COMPUTE"  # the default when no --compute is given
+
+
+def resolve_compute(name: str | None = None) -> str:
+    """The compute precision to use: `name`, else $PIPKIE_COMPUTE, else float32 (also "fp32" /
+    "bf16"); ValueError for anything else."""
+    raw = name or os.environ.get(ENV) or "float32"
+    alias = {"fp32": "float32", "bf16": "bfloat16"}.get(raw.lower(), raw.lower())
+    if alias not in COMPUTE:
+        raise ValueError(f"unknown compute precision {raw!r}; choose one of {sorted(COMPUTE)}")
+    return alias
+
+
+def layers_of(model):
+    """The decoder's stack of transformer layers, or None (vision-language models are left alone)."""
+    if getattr(model.config, "sub_configs", None):
+        return None
+    decoder = getattr(model, getattr(model, "base_model_prefix", "model"), None)
+    return getattr(decoder, "layers", None)
+
+
+def compute_of(model) -> str:
+    """The precision `model`'s layers run in ("float32" or "bfloat16")."""
+    layers = layers_of(model)
+    if layers is None:
+        return "float32"
+    dtype = next(layers.parameters()).dtype
+    return next((k for k, v in COMPUTE.items() if v == dtype), str(dtype))
+
+
+def set_compute(model, compute: str | None = None) -> str:
+    """Run `model`'s layers in `compute` (`resolve_compute`); returns the precision now in use.
+    Idempotent; float32 undoes bfloat16 (at bfloat16's rounding: the weights were cast)."""
+    compute = resolve_compute(compute)
+    layers = layers_of(model)
+    if layers is None:
+        return "float32"
+    dtype = COMPUTE[compute]
+    layers.to(dtype)
+    embed = model.get_input_embeddings()
+    hook = getattr(embed, "_pipkie_compute_hook", None)
+    if hook is not None:
+        hook.remove()
+        embed._pipkie_compute_hook = None
+    if dtype != torch.float32:
+        embed._pipkie_compute_hook = embed.register_forward_hook(lambda _m, _i, out: out.to(dtype))
+    return compute
