@@ -166,7 +166,7 @@ def test_index_mask_equals_transformers_vmap_path(tokenizer, attn, pattern, cach
 def test_pip_sdpa_runs_the_prefix_on_the_causal_kernel_with_the_same_result(tokenizer, arch, field_blocks, monkeypatch):
     """ "pipkie_sdpa" splits a PIP pass: prefix rows on sdpa's causal kernel, template rows through
     their slice of the mask. Same hidden states as sdpa with the whole explicit mask; with left
-    padding in the batch the prefix rows take their rows of the mask instead (and still agree)."""
+    padding in the batch (and a template this short) the whole mask (and still agree)."""
     from pipkie.decoding.pip import OnePass
     from pipkie.model.attention import PIP_SDPA, causal_rows, enable_pip_attention
 
@@ -204,10 +204,9 @@ def test_pip_sdpa_runs_the_prefix_on_the_causal_kernel_with_the_same_result(toke
         two = OnePass(model, b, [short, long], pattern="prefix_causal")
         assert causal_rows(model, "prefix_causal", two.attn, two.block) == 0  # left padding: the mask
         h2 = two._hidden(two.ids)[0]
-        # the prefix rows through their rows of the mask, then the template rows (one run here)
-        start = int((two.block > 0).any(0).nonzero()[0])
+        # a short flat template is one run over every key: not worth splitting, the whole mask
         width = two.ids.shape[1]
-        assert calls == [(start, start, False), (width - start, width, False)] * layers
+        assert calls == [(width, width, False)] * layers
         assert (h2 - ref[1]).abs().max() < 1e-5
         assert causal_rows(model, "full", one.attn, one.block) == 0
 
@@ -243,6 +242,10 @@ def test_template_rows_run_by_run_see_what_the_mask_allows_and_agree(tokenizer, 
             assert torch.equal(sub[0, 0], torch.cat([mask[0, 0, r0:r1, :c], mask[0, 0, r0:r1, lo:hi]], -1))
         if rows == 7:  # runs within a group or two: a few groups' keys, not the whole template
             assert max(hi - lo for _, _, lo, hi, _ in plan) < (mask.shape[2] - c) / 5
+        flat = b.pip(DOC, KeySchema.parse("company,total"))  # one short run over every key: no plan
+        one = OnePass(model, b, [flat], pattern="prefix_causal")
+        m1 = build_attention_mask(model, "prefix_causal", one.attn, query_length=one.ids.shape[1], block_ids=one.block)
+        assert template_chunks(m1, causal_rows(model, "prefix_causal", one.attn, one.block), rows) is None
         padded = OnePass(model, b, [enc, b.pip(DOC, schema)], pattern="prefix_causal")  # left-padded batch
         model.set_attn_implementation("sdpa")  # the reference: sdpa with the whole explicit mask
         ref2 = padded._hidden(padded.ids)[0]

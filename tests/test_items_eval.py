@@ -313,6 +313,12 @@ def test_bench_lines_sweep_on_a_tiny_model(tiny_model_dir, tmp_path):  # noqa: F
     assert res.exit_code == 0, res.output
     assert json.loads(seeded.with_suffix(".lines.json").read_text())["env"]["seed"] == 3
     assert items_receipt(3, random.Random("3-3")) != items_receipt(3, random.Random("0-3"))  # another draw
+    mixed = tmp_path / "mixed.json"  # PIP in bfloat16, AR in float32: each at its fastest, said in env
+    res = run("bench", *argv, "--compute", "bf16", "--ar-compute", "float32", "--json", mixed)
+    assert res.exit_code == 0, res.output
+    env = json.loads(mixed.with_suffix(".lines.json").read_text())["env"]
+    assert (env["compute"], env["ar_compute"]) == ("bfloat16", "float32") and "PIP bfloat16, AR float32" in res.stdout
+    assert result["env"]["compute"] == result["env"]["ar_compute"] == "float32"
     res = run("bench", "--model", tiny_model_dir)
     assert res.exit_code == 2 and "--lines" in res.output
     res = run("bench", "--lines", "1,x", "--model", tiny_model_dir)

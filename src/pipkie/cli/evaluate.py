@@ -228,7 +228,10 @@ def bench(
     batch: str = typer.Option("1,8", help="batch sizes, comma-separated"),
     limit: int = typer.Option(32, help="documents timed per batch size"),
     threads: int | None = typer.Option(None, help="torch threads (default $PIPKIE_THREADS or 1)"),
-    compute: str | None = typer.Option(None, help=COMPUTE_HELP + "; both models run in it"),
+    compute: str | None = typer.Option(None, help=COMPUTE_HELP),
+    ar_compute: str | None = typer.Option(
+        None, help="the AR model's precision (default: --compute's); AR at batch 1 is no faster in bfloat16"
+    ),
     repeats: int = typer.Option(1, min=1, help="time each batch this many times per method, keep the fastest"),
     methods: str | None = typer.Option(None, help="comma-separated (default: every decoder, and pip-refine1,2)"),
     sweeps: bool = typer.Option(True, help="speed-up sweeps over number of keys and value length"),
@@ -245,6 +248,7 @@ def bench(
 
     n = set_threads(threads)
     compute = check_compute(compute)
+    ar_compute = check_compute(ar_compute or compute)
     known = all_methods()
     wanted = tuple(m.strip() for m in methods.split(",") if m.strip()) if methods is not None else known
     if not wanted or set(wanted) - set(known):
@@ -266,7 +270,8 @@ def bench(
     except (FileNotFoundError, ValueError) as e:
         error(str(e))
         raise typer.Exit(2) from None
-    typer.echo(f"threads: torch={n} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')} compute={compute}")
+    omp = os.environ.get("OMP_NUM_THREADS")
+    typer.echo(f"threads: torch={n} OMP_NUM_THREADS={omp} compute: PIP {compute}, AR {ar_compute}")
     if counts:
         from pipkie.eval.bench_items import lines_bench, lines_table
 
@@ -283,6 +288,7 @@ def bench(
                 json_path=str(json_path.with_suffix(".lines.json")) if json_path else None,
                 plot_dir=str(plot) if plot else None,
                 compute=compute,
+                ar_compute=ar_compute,
                 log=typer.echo,
             )
         except ValueError as e:
@@ -306,6 +312,7 @@ def bench(
         json_path=str(json_path) if json_path else None,
         plot_dir=str(plot) if plot else None,
         compute=compute,
+        ar_compute=ar_compute,
         log=typer.echo,
     )
     typer.echo(markdown_table(result))

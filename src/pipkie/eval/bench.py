@@ -126,17 +126,25 @@ def _time(fn, *a):
     return time.perf_counter() - t0, out
 
 
-def load_pair(model_path: str, ar_model_path: str | None = None, *, need_ar: bool = True, compute: str | None = None):
+def load_pair(
+    model_path: str,
+    ar_model_path: str | None = None,
+    *,
+    need_ar: bool = True,
+    compute: str | None = None,
+    ar_compute: str | None = None,
+):
     """(model, builder, settings, AR model, AR builder, AR model path): the PIP model and, if
     `need_ar`, its AR baseline (same architecture and data, trained causally: a real AR extractor;
-    none is an error, `model_for_decode`), else the PIP model again in the AR slots. Both run their
-    layers in `compute` (`pipkie.model.precision`): a comparison never mixes precisions."""
+    none is an error, `model_for_decode`), else the PIP model again in the AR slots. The PIP model's
+    layers run in `compute` (`pipkie.model.precision`), the AR model's in `ar_compute` (default the
+    same): AR decoding at batch 1 is no faster in bfloat16, so a fair run may give each its fastest."""
     model, tokenizer, settings = load_model(model_path, pad_vocab=True, compute=compute)
     builder = builder_for(tokenizer, settings)
     ar_model, ar_builder = model, builder
     if need_ar:
         ar_model_path = ar_model_path or model_for_decode(model_path, "ar-forced", settings)
-        ar_model, ar_tok, ar_settings = load_model(ar_model_path, pad_vocab=True, compute=compute)
+        ar_model, ar_tok, ar_settings = load_model(ar_model_path, pad_vocab=True, compute=ar_compute or compute)
         if ar_settings.objective != "ar":
             raise ValueError(
                 f"the AR baseline {ar_model_path} is not an AR model (objective {ar_settings.objective!r})"
@@ -161,6 +169,7 @@ def bench(
     json_path: str | None = None,
     plot_dir: str | None = None,
     compute: str | None = None,
+    ar_compute: str | None = None,
     log=print,
 ) -> dict:
     if not methods or set(methods) - set(all_methods()):
@@ -171,6 +180,7 @@ def bench(
         ar_model_path,
         need_ar=sweeps or any(method_decoder(m)[0].objective == "ar" for m in methods),
         compute=compute,
+        ar_compute=ar_compute,
     )
     pattern = settings.pattern
     docs = list(read_dataset(dataset, data_dir, split, limit=limit))
@@ -190,7 +200,8 @@ def bench(
         model=model_path,
         ar_model=ar_model_path,
         attention=model.config._attn_implementation,
-        compute=compute_of(model),  # the layers' precision, the same for both models (load_pair)
+        compute=compute_of(model),  # the layers' precision (load_pair)
+        ar_compute=compute_of(ar_model),
         lm_head="bf16 (AMX), decisions checked against float32" if fast_head(model) else "float32",
         repeats=repeats,
         parameters=sum(p.numel() for p in model.parameters()),

@@ -169,21 +169,23 @@ def lines_bench(
     json_path: str | None = None,
     plot_dir: str | None = None,
     compute: str | None = None,
+    ar_compute: str | None = None,
     log=print,
 ) -> dict:
-    """Load the PIP model and its AR baseline (layers in `compute`, both), run `lines_sweep`, write
-    the JSON and the plot."""
+    """Load the PIP model and its AR baseline (layers in `compute` and `ar_compute`, `load_pair`),
+    run `lines_sweep`, write the JSON and the plot."""
     from pipkie.eval.bench import load_pair
     from pipkie.model.precision import compute_of
 
     torch.set_num_threads(threads)
     model, builder, settings, ar_model, ar_builder, ar_path = load_pair(
-        model_path, ar_model_path, need_ar=True, compute=compute
+        model_path, ar_model_path, need_ar=True, compute=compute, ar_compute=ar_compute
     )
     pattern = settings.pattern if settings.objective == "pip" else "prefix_causal"
     env = dict(
         threads=torch.get_num_threads(),
         compute=compute_of(model),
+        ar_compute=compute_of(ar_model),
         model=model_path,
         ar_model=ar_path,
         repeats=repeats,

@@ -163,14 +163,17 @@ PIP_SDPA = "pipkie_sdpa"
 
 
 CHUNK_ROWS = 128  # template rows per sdpa call in `template_chunks` (fewer: more calls; more: wider key ranges)
+WORTH_IT = 0.8  # runs are used when they attend to at most this share of the whole mask's keys
 
 
 def template_chunks(mask: torch.Tensor | None, start: int, rows: int = CHUNK_ROWS):
     """The template rows of a pass (from `start`, the first template token; no cache, so rows are
     positions) in runs of `rows`: [(r0, r1, lo, hi, sub)], where rows r0..r1 attend to the prefix
     [0, start) and to template keys in [lo, hi) only, and sub is their mask over those columns
-    (batch, 1, r1 − r0, start + hi − lo). None when the mask is not sdpa's boolean one or there is no
-    template. Exact: every column a run may see is kept (the range spans all of them)."""
+    (batch, 1, r1 − r0, start + hi − lo). None when the mask is not sdpa's boolean one, there is no
+    template, or the runs would attend to more than `WORTH_IT` of the keys the whole mask does (a
+    flat template whose fields are one run: the copies of keys would cost without skipping any).
+    Exact: every column a run may see is kept (the range spans all of them)."""
     if mask is None or mask.dtype != torch.bool or mask.dim() != 4 or not 0 < start < mask.shape[2]:
         return None
     if mask.shape[2] != mask.shape[3]:
@@ -183,6 +186,9 @@ def template_chunks(mask: torch.Tensor | None, start: int, rows: int = CHUNK_ROW
         lo, hi = (start + int(cols[0]), start + int(cols[-1]) + 1) if len(cols) else (start, start)
         sub = torch.cat([mask[:, :, r0:r1, :start], mask[:, :, r0:r1, lo:hi]], dim=-1)
         plan.append((r0, r1, lo, hi, sub))
+    kept = sum((r1 - r0) * (start + hi - lo) for r0, r1, lo, hi, _ in plan)
+    if kept > WORTH_IT * (mask.shape[2] - start) * mask.shape[3]:
+        return None  # short flat templates: nothing to skip, and the copies cost (SROIE: 6% slower)
     return plan
 
 
