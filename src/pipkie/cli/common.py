@@ -42,7 +42,7 @@ def set_threads(n: int | None) -> int:
 
 COMPUTE_HELP = (
     "the layers' precision: float32 | bfloat16 (default $PIPKIE_COMPUTE, else float32; bfloat16 runs "
-    "PIP's pass ~2x faster on CPUs with AMX, the AR baseline too; accuracy in docs/RESULTS.md)"
+    "PIP's pass ~2x faster on CPUs with AMX, AR decoding no faster; accuracy in docs/RESULTS.md)"
 )
 
 
