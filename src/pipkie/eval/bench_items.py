@@ -244,10 +244,10 @@ def plot_lines(result: dict, plot_dir: str) -> Path:
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
     env = result["env"]
-    fig.suptitle(
-        f"{env['threads']} thread(s), {env['parameters'] / 1e6:.0f}M params, K = {env['items_budget']} items",
-        fontsize=9,
-    )
+    title = f"{env['threads']} thread(s), {env['parameters'] / 1e6:.0f}M params, K = {env['items_budget']} items"
+    if "compute" in env:  # runs before session 28 were float32
+        title += f", PIP {env['compute']} / AR {env.get('ar_compute', env['compute'])}"
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path = out / "speedup_lines.png"
     fig.savefig(path, dpi=120)
