@@ -250,8 +250,7 @@ def test_template_rows_run_by_run_see_what_the_mask_allows_and_agree(tokenizer, 
         model.set_attn_implementation("sdpa")  # the reference: sdpa with the whole explicit mask
         ref2 = padded._hidden(padded.ids)[0]
         assert enable_pip_attention(model)
-        monkeypatch.setattr(A, "CHUNK_ROWS", rows)
-        monkeypatch.setattr(A.template_chunks, "__defaults__", (rows,))
+        monkeypatch.setattr(A, "CHUNK_ROWS", rows)  # what the pass itself uses
         h = run._hidden(run.ids)[0]
         h2 = padded._hidden(padded.ids)[0]
     assert (h - ref).abs().max() < 1e-5

@@ -166,9 +166,9 @@ CHUNK_ROWS = 128  # template rows per sdpa call in `template_chunks` (fewer: mor
 WORTH_IT = 0.8  # runs are used when they attend to at most this share of the whole mask's keys
 
 
-def template_chunks(mask: torch.Tensor | None, start: int, rows: int = CHUNK_ROWS):
+def template_chunks(mask: torch.Tensor | None, start: int, rows: int | None = None):
     """The template rows of a pass (from `start`, the first template token; no cache, so rows are
-    positions) in runs of `rows`: [(r0, r1, lo, hi, sub)], where rows r0..r1 attend to the prefix
+    positions) in runs of `rows` (default `CHUNK_ROWS`): [(r0, r1, lo, hi, sub)], where rows r0..r1 attend to the prefix
     [0, start) and to template keys in [lo, hi) only, and sub is their mask over those columns
     (batch, 1, r1 − r0, start + hi − lo). None when the mask is not sdpa's boolean one, there is no
     template, or the runs would attend to more than `WORTH_IT` of the keys the whole mask does (a
@@ -178,18 +178,21 @@ def template_chunks(mask: torch.Tensor | None, start: int, rows: int = CHUNK_ROW
         return None
     if mask.shape[2] != mask.shape[3]:
         return None
+    rows = rows or CHUNK_ROWS
     seen = mask[:, :, start:, start:].any(0).any(0)  # (template rows, template keys)
-    plan = []
+    runs = []
     for r0 in range(start, mask.shape[2], rows):
         r1 = min(r0 + rows, mask.shape[2])
         cols = seen[r0 - start : r1 - start].any(0).nonzero()
         lo, hi = (start + int(cols[0]), start + int(cols[-1]) + 1) if len(cols) else (start, start)
-        sub = torch.cat([mask[:, :, r0:r1, :start], mask[:, :, r0:r1, lo:hi]], dim=-1)
-        plan.append((r0, r1, lo, hi, sub))
-    kept = sum((r1 - r0) * (start + hi - lo) for r0, r1, lo, hi, _ in plan)
+        runs.append((r0, r1, lo, hi))
+    kept = sum((r1 - r0) * (start + hi - lo) for r0, r1, lo, hi in runs)
     if kept > WORTH_IT * (mask.shape[2] - start) * mask.shape[3]:
         return None  # short flat templates: nothing to skip, and the copies cost (SROIE: 6% slower)
-    return plan
+    return [
+        (r0, r1, lo, hi, torch.cat([mask[:, :, r0:r1, :start], mask[:, :, r0:r1, lo:hi]], dim=-1))
+        for r0, r1, lo, hi in runs
+    ]
 
 
 def pip_sdpa_attention(

@@ -3,8 +3,9 @@
 A PIP pass is a few large matrix products (a receipt with 20 line items: ~1,500 tokens at once),
 which CPUs with bf16 units (AMX, AVX512-BF16) run about twice as fast in bfloat16; AR decoding at
 batch 1 multiplies one row at a time, is bound by everything but the arithmetic, and gains nothing
-(both measured in docs/RESULTS.md, "bfloat16 layers"). So `bfloat16` is a choice a user makes for
-speed, with its accuracy on dev beside it, and every decoder of a comparison runs under the same one.
+(both measured in docs/RESULTS.md, "Template rows run by run, and bfloat16 layers"). So `bfloat16` is
+a choice a user makes for speed, with its accuracy on dev beside it; the AR baseline loads in the PIP
+model's precision unless a benchmark gives it its own (`pipkie bench --ar-compute`).
 
 What changes under `bfloat16`: the transformer layers' weights are cast (half the memory), and the
 embeddings' output is cast on its way into the first layer. What does not: the embeddings themselves
