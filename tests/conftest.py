@@ -15,6 +15,9 @@ import pytest
 import torch
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Inference defaults to bfloat16 where the CPU runs it natively (`pipkie.model.precision`, `auto`);
+# the tests pin float32 so that one suite gives one result on any CI CPU. bfloat16 has its own tests.
+os.environ.setdefault("PIPKIE_COMPUTE", "float32")
 torch.set_num_threads(1)
 
 SHARED = Path(os.environ.get("PIPKIE_SHARED_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pipkie.decoding.pip import OnePass
-from pipkie.model.precision import compute_of, resolve_compute, set_compute
+from pipkie.model.precision import bf16_is_fast, compute_of, resolve_compute, set_compute
 from pipkie.model.template import TemplateBuilder
 from pipkie.schema import KeySchema
 from tests.conftest import tiny_model
@@ -13,14 +13,36 @@ from tests.test_extract import tiny_model_dir  # noqa: F401
 DOC = "ACME STORE\n12 MAIN STREET\nTOTAL 9.90\nitem one 2.00\nitem two 7.90"
 
 
-def test_resolve_compute_names_aliases_env_and_errors(monkeypatch):
+def test_bf16_is_fast_only_where_it_runs_natively():
+    """On an AVX2-only CPU, bf16 matmuls fall back to a generic gemm (a LoRA step 15x slower): no."""
+    assert not bf16_is_fast("flags : fpu sse2 avx avx2 fma")
+    assert bf16_is_fast("flags : fpu avx2 avx512f avx512_bf16")
+    assert bf16_is_fast("flags : avx2 amx_bf16 amx_tile")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_default_is_bfloat16_where_it_is_fast(monkeypatch, fast):
+    from pipkie.model import precision
+
+    monkeypatch.setattr(precision, "_bf16_is_fast_here", lambda: fast)
     monkeypatch.delenv("PIPKIE_COMPUTE", raising=False)
+    want = "bfloat16" if fast else "float32"
+    assert resolve_compute(None) == resolve_compute("auto") == resolve_compute("AUTO") == want
+    monkeypatch.setenv("PIPKIE_COMPUTE", "auto")
+    assert resolve_compute(None) == want and resolve_compute("fp32") == "float32"
+    from pipkie.serve import ServeSettings
+
+    assert ServeSettings().compute == want and ServeSettings(compute="auto").compute == want
+
+
+def test_resolve_compute_names_aliases_env_and_errors(monkeypatch):
+    monkeypatch.setenv("PIPKIE_COMPUTE", "float32")
     assert resolve_compute(None) == "float32"
     assert resolve_compute("bf16") == resolve_compute("BFloat16") == "bfloat16"
     assert resolve_compute("fp32") == "float32"
     monkeypatch.setenv("PIPKIE_COMPUTE", "bf16")
     assert resolve_compute(None) == "bfloat16" and resolve_compute("float32") == "float32"  # the option wins
-    with pytest.raises(ValueError, match="float16.*choose one of"):
+    with pytest.raises(ValueError, match="float16.*choose one of.*auto"):
         resolve_compute("float16")
 
 

@@ -210,13 +210,3 @@ def test_limit_trains_on_the_first_documents_only():
     every = load_documents(TrainConfig(dataset="cord", data_dir=str(cord), split="train"))
     first = load_documents(TrainConfig(dataset="cord", data_dir=str(cord), split="train", limit=1))
     assert len(every) == 2 and [d.id for d in first] == [every[0].id]
-
-
-def test_bf16_autocast_only_where_it_runs_natively(monkeypatch):
-    """On an AVX2-only CPU, bf16 matmuls fall back to a generic gemm (a LoRA step 15x slower): off."""
-    from pipkie.train import loop
-
-    monkeypatch.setattr(loop.torch.cuda, "is_available", lambda: False)
-    assert not loop.bf16_is_fast("flags : fpu sse2 avx avx2 fma")
-    assert loop.bf16_is_fast("flags : fpu avx2 avx512f avx512_bf16")
-    assert loop.bf16_is_fast("flags : avx2 amx_bf16 amx_tile")

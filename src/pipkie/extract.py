@@ -154,7 +154,8 @@ class Extractor:
         compute: str | None = None,
     ) -> Extractor:
         """Load a pipkie model directory (default: the shipped model, or $PIPKIE_MODEL); `compute`:
-        the layers' precision, float32 or bfloat16 (`pipkie.model.precision`; its AR baseline too)."""
+        the layers' precision, auto (default), float32 or bfloat16 (`pipkie.model.precision`; its AR
+        baseline too)."""
         torch.set_num_threads(threads)
         path = str(path or default_model_path())
         model, tokenizer, settings = load_model(path, pad_vocab=True, compute=compute)

@@ -278,7 +278,8 @@ def load_model(path: str | Path, *, dtype=torch.float32, pad_vocab: bool = False
     """(model, tokenizer, settings) from a pipkie directory, a base name/path, or a LoRA adapter dir.
     pad_vocab: inference only, see `pad_vocabulary` (same outputs, a faster LM head).
     compute: inference only, the layers' precision (`pipkie.model.precision`; None: $PIPKIE_COMPUTE,
-    else float32); with pad_vocab (the inference loaders) only, so training never sees it."""
+    else auto: bfloat16 where it runs natively); with pad_vocab (the inference loaders) only, so
+    training never sees it."""
     path = str(path)
     if path != "smollm2" and not Path(path).is_dir() and (path.startswith((".", "/", "~")) or path.count("/") > 1):
         raise FileNotFoundError(f"model not found: {path} is not a directory")

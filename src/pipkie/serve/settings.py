@@ -30,7 +30,9 @@ class ServeSettings(BaseModel):
     model: str | None = Field(None, description="model directory (default: the shipped model)")
     threads: int = Field(1, ge=1, le=256, description="torch and OCR threads")
     compute: Literal["float32", "bfloat16"] = Field(
-        "float32", description="the layers' precision (pipkie.model.precision; bfloat16: faster PIP on AMX CPUs)"
+        "auto",
+        validate_default=True,
+        description="the layers' precision (pipkie.model.precision): auto = bfloat16 where it runs natively",
     )
     ocr: Literal["rapidocr", "tesseract"] = Field("rapidocr", description="OCR engine for images and scans")
     load_workers: int = Field(2, ge=1, le=64, description="threads loading/OCR-ing documents (bounded pool)")

@@ -42,6 +42,7 @@ from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_
 
 from pipkie.model.attention import build_attention_mask
 from pipkie.model.copyhead import field_nll, get_head
+from pipkie.model.precision import bf16_is_fast
 from pipkie.train.config import TrainConfig
 from pipkie.train.instances import padded_width
 
@@ -147,21 +148,6 @@ def average_gradients(params: list[torch.Tensor], world: int) -> None:
     flat /= world
     for p, g in zip(params, flat.split([g.numel() for g in grads])):
         p.grad = g.view_as(p).to(p.dtype)
-
-
-def bf16_is_fast(cpuinfo: str | None = None) -> bool:
-    """Whether bf16 matmuls run natively: a CUDA device that supports them, or a CPU with AVX512-BF16
-    or AMX. Elsewhere (an AVX2 CPU) PyTorch falls back to a generic gemm: a SmolLM2 LoRA step took
-    over 11 minutes instead of ~60 s in float32 (session 13, 2 threads)."""
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:  # not Linux: trust PyTorch's own reading of the CPU
-            return "AVX512" in torch.backends.cpu.get_cpu_capability()
-    flags = set(cpuinfo.split())
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
 def train(
