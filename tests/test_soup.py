@@ -10,14 +10,16 @@ from pipkie.model.modeling import Settings
 from pipkie.train.soup import soup
 
 
-def _model(path, scale, *, settings=None, shape=(3, 4), calibrated=False, modules=("q_proj", "v_proj")):
+def _model(
+    path, scale, *, settings=None, shape=(3, 4), calibrated=False, modules=("q_proj", "v_proj"), dtype=torch.bfloat16
+):
     path.mkdir(parents=True)
     s = settings or Settings(objective="pip", slot_tokens=4, copy_head=True, item_slots=2)
     if calibrated:
         s.confidence_calibration = {"method": "temperature", "T": 0.3, "fitted_on": "x", "n": 10}
     s.save(path)
     save_file(
-        {"lora_A": torch.full(shape, scale, dtype=torch.bfloat16), "step": torch.tensor([7])},
+        {"lora_A": torch.full(shape, scale, dtype=dtype), "step": torch.tensor([7])},
         path / "adapter_model.safetensors",
     )
     save_file({"query.weight": torch.full((2, 2), 2 * scale)}, path / "copy_head.safetensors", metadata={"dim": "2"})
@@ -45,6 +47,24 @@ def test_soup_is_the_weighted_mean_and_keeps_dtypes_metadata_and_files(tmp_path)
 
     soup([a, b], tmp_path / "w", weights=[3, 1])  # normalised: 0.75 * 1 + 0.25 * 3
     assert torch.all(load_file(tmp_path / "w" / "adapter_model.safetensors")["lora_A"] == 1.5)
+
+
+def test_a_shipped_bf16_model_soups_with_a_float32_run_of_it(tmp_path):
+    """A shipped model (bf16 weights, a pointer to its AR twin) averaged with a float32 run continued
+    from it: float32 out, and no AR twin carried (the soup's twin is the soup of the twins)."""
+    shipped = Settings(objective="pip", slot_tokens=4, copy_head=True, item_slots=2, ar_baseline="../pipkie-ar")
+    a = _model(tmp_path / "shipped", 1.0, settings=shipped, calibrated=True)
+    b = _model(tmp_path / "run", 2.5, dtype=torch.float32)
+    soup([a, b], tmp_path / "s")
+    lora = load_file(tmp_path / "s" / "adapter_model.safetensors")["lora_A"]
+    assert lora.dtype == torch.float32 and torch.all(lora == 1.75)
+    assert Settings.load(tmp_path / "s").ar_baseline is None
+    with pytest.raises(ValueError, match="step dtype"):  # integers must agree exactly, dtype too
+        c = _model(tmp_path / "int", 1.0)
+        save_file(
+            {"lora_A": torch.ones(3, 4), "step": torch.tensor([7], dtype=torch.int32)}, c / "adapter_model.safetensors"
+        )
+        soup([a, c], tmp_path / "out")
 
 
 def test_soup_refuses_models_that_do_not_match(tmp_path):

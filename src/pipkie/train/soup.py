@@ -6,7 +6,8 @@ fine-tuned from the same model (Wortsman et al., 2022, "Model soups") keeps one 
 inference and takes much of that spread out. What is averaged, file by file:
 
 - `adapter_model.safetensors` (LoRA factors and saved modules), `model.safetensors` (full weights)
-  and `copy_head.safetensors`: every floating-point tensor, in float32, stored back in its dtype.
+  and `copy_head.safetensors`: every floating-point tensor, in float32, stored back in the widest
+  of its dtypes (a shipped bf16 model averaged with a float32 run gives float32).
   For LoRA runs that continue one adapter (`TrainConfig.init`), the mean of the factors B and A
   is the mean of the weight updates up to a second-order term (the runs' changes to B times their
   changes to A), small after a short fine-tune.
@@ -14,7 +15,9 @@ inference and takes much of that spread out. What is averaged, file by file:
   weights were trained to read), the adapter config, the tensors' names, shapes and integer values.
 
 Confidence calibration and abstention thresholds were fitted on one model's predictions and do not
-carry over: the soup has none (refit them with `pipkie calibrate` / `pipkie abstain`). The output
+carry over: the soup has none (refit them with `pipkie calibrate` / `pipkie abstain`). Nor does the
+pointer to an AR twin (`ar_baseline`): a PIP soup's twin is the soup of the twins, named when it is
+shipped (`scripts/ship_model.py --ar-baseline`). The output
 directory records what it was made of in `soup.json`.
 """
 
@@ -33,6 +36,7 @@ from pipkie.model.modeling import SETTINGS_FILE, Settings
 
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "copy_head.safetensors")
 FITTED = ("confidence_calibration", "abstention")  # fitted on one model's predictions: dropped
+NOT_SETTINGS = (*FITTED, "ar_baseline")  # not how the weights decode: neither compared nor carried
 NOT_COPIED = {SETTINGS_FILE, "README.md", "soup.json", *WEIGHT_FILES}  # (a model card is one run's)
 
 
@@ -47,7 +51,7 @@ def _settings(model: Path) -> dict:
     if not (model / SETTINGS_FILE).is_file():
         raise ValueError(f"{model}: not a pipkie model directory (no {SETTINGS_FILE})")
     s = asdict(Settings.load(model))
-    return {k: v for k, v in s.items() if k not in FITTED}
+    return {k: v for k, v in s.items() if k not in NOT_SETTINGS}
 
 
 def _agree(models: list[Path], what: str, values: list) -> None:
@@ -64,11 +68,13 @@ def _mean_file(models: list[Path], name: str, weights: list[float]) -> tuple[dic
     _agree(models, f"{name} tensor names", [sorted(t) for t in tensors])
     out = {}
     for key, first in tensors[0].items():
-        _agree(models, f"{name} tensor {key} (shape, dtype)", [(t[key].shape, t[key].dtype) for t in tensors])
-        if first.is_floating_point():
+        floating = [t[key].is_floating_point() for t in tensors]
+        _agree(models, f"{name} tensor {key} (shape, kind)", [(t[key].shape, f) for t, f in zip(tensors, floating)])
+        if all(floating):
             mean = sum(w * t[key].float() for w, t in zip(weights, tensors))
-            out[key] = mean.to(first.dtype)
+            out[key] = mean.to(max((t[key].dtype for t in tensors), key=lambda d: torch.finfo(d).bits))
         else:
+            _agree(models, f"{name} tensor {key} dtype", [t[key].dtype for t in tensors])
             if any(not torch.equal(first, t[key]) for t in tensors[1:]):
                 raise ValueError(f"cannot average {name}: integer tensor {key} differs between models")
             out[key] = first
