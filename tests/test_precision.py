@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pipkie.decoding.pip import OnePass
-from pipkie.model.precision import bf16_is_fast, compute_of, resolve_compute, set_compute
+from pipkie.model.precision import bf16_is_fast, compute_of, cpu_runs_bf16, resolve_compute, set_compute
 from pipkie.model.template import TemplateBuilder
 from pipkie.schema import KeySchema
 from tests.conftest import tiny_model
@@ -13,18 +13,25 @@ from tests.test_extract import tiny_model_dir  # noqa: F401
 DOC = "ACME STORE\n12 MAIN STREET\nTOTAL 9.90\nitem one 2.00\nitem two 7.90"
 
 
-def test_bf16_is_fast_only_where_it_runs_natively():
-    """On an AVX2-only CPU, bf16 matmuls fall back to a generic gemm (a LoRA step 15x slower): no."""
-    assert not bf16_is_fast("flags : fpu sse2 avx avx2 fma")
-    assert bf16_is_fast("flags : fpu avx2 avx512f avx512_bf16")
-    assert bf16_is_fast("flags : avx2 amx_bf16 amx_tile")
+def test_bf16_only_where_it_runs_natively(monkeypatch):
+    """On an AVX2-only CPU, bf16 matmuls fall back to a generic gemm (a LoRA step 15x slower): no.
+    Training's autocast asks the GPU when there is one; inference (on the CPU) never does."""
+    from pipkie.model import precision
+
+    assert not cpu_runs_bf16("flags : fpu sse2 avx avx2 fma")
+    assert cpu_runs_bf16("flags : fpu avx2 avx512f avx512_bf16")
+    assert cpu_runs_bf16("flags : avx2 amx_bf16 amx_tile")
+    monkeypatch.setattr(precision, "_cpu_runs_bf16_here", lambda: False)
+    monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(precision.torch.cuda, "is_bf16_supported", lambda: True)
+    assert bf16_is_fast() and resolve_compute("auto") == "float32"
 
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_the_default_is_bfloat16_where_it_is_fast(monkeypatch, fast):
     from pipkie.model import precision
 
-    monkeypatch.setattr(precision, "_bf16_is_fast_here", lambda: fast)
+    monkeypatch.setattr(precision, "_cpu_runs_bf16_here", lambda: fast)
     monkeypatch.delenv("PIPKIE_COMPUTE", raising=False)
     want = "bfloat16" if fast else "float32"
     assert resolve_compute(None) == resolve_compute("auto") == resolve_compute("AUTO") == want

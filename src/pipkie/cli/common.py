@@ -42,7 +42,7 @@ def set_threads(n: int | None) -> int:
 
 COMPUTE_HELP = (
     "the layers' precision: auto | float32 | bfloat16 (default $PIPKIE_COMPUTE, else auto: bfloat16 where "
-    "the CPU/GPU runs it natively (AMX, AVX512-BF16), else float32; bfloat16 runs PIP's pass ~2x faster, "
+    "the CPU runs it natively (AMX, AVX512-BF16), else float32; bfloat16 runs PIP's pass ~2x faster, "
     "AR decoding no faster; accuracy within noise, docs/RESULTS.md)"
 )
 

@@ -4,9 +4,9 @@ A PIP pass is a few large matrix products (a receipt with 20 line items: ~1,500 
 which CPUs with bf16 units (AMX, AVX512-BF16) run about twice as fast in bfloat16; AR decoding at
 batch 1 multiplies one row at a time, is bound by everything but the arithmetic, and gains nothing
 (both measured in docs/RESULTS.md, "Template rows run by run, and bfloat16 layers"), with every dev
-number within noise of float32's. So the default, `auto`, is bfloat16 where bf16 matrix products run
-natively (`bf16_is_fast`: a CUDA device that supports them, a CPU with AMX or AVX512-BF16) and float32
-elsewhere, where PyTorch's generic bf16 kernels are many times slower; `--compute float32` reproduces
+number within noise of float32's. So the default, `auto`, is bfloat16 where the CPU (inference runs
+on the CPU) multiplies bf16 natively (`cpu_runs_bf16`: AMX or AVX512-BF16) and float32 elsewhere,
+where PyTorch's generic bf16 kernels are many times slower; `--compute float32` reproduces
 float32 numbers anywhere. The AR baseline loads in the PIP model's precision unless a benchmark gives
 it its own (`pipkie bench --ar-compute`).
 
@@ -30,33 +30,38 @@ ENV = "PIPKIE_COMPUTE"  # the default when no --compute is given
 AUTO = "auto"  # bfloat16 where it is fast (`bf16_is_fast`), else float32
 
 
-def bf16_is_fast(cpuinfo: str | None = None) -> bool:
-    """Whether bf16 matmuls run natively: a CUDA device that supports them, or a CPU with AVX512-BF16
-    or AMX. Elsewhere (an AVX2 CPU) PyTorch falls back to a generic gemm: a SmolLM2 LoRA step took
-    over 11 minutes instead of ~60 s in float32 (session 13, 2 threads). Used by inference (`auto`)
-    and by training's autocast (`pipkie.train.loop`)."""
+def cpu_runs_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU (or the one `cpuinfo`, /proc/cpuinfo's text, describes) runs bf16 matmuls
+    natively: AVX512-BF16 or AMX. Elsewhere (an AVX2 CPU) PyTorch falls back to a generic gemm: a
+    SmolLM2 LoRA step took over 11 minutes instead of ~60 s in float32 (session 13, 2 threads)."""
     if cpuinfo is None:
-        return _bf16_is_fast_here()
+        return _cpu_runs_bf16_here()
     return bool(set(cpuinfo.split()) & {"avx512_bf16", "amx_bf16"})
 
 
 @cache
-def _bf16_is_fast_here() -> bool:
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
+def _cpu_runs_bf16_here() -> bool:
     try:
-        return bf16_is_fast(Path("/proc/cpuinfo").read_text())
+        return cpu_runs_bf16(Path("/proc/cpuinfo").read_text())
     except OSError:  # not Linux: trust PyTorch's own reading of the CPU
         return "AVX512" in torch.backends.cpu.get_cpu_capability()
 
 
+def bf16_is_fast() -> bool:
+    """Whether training's autocast should run in bf16 (`pipkie.train.loop`): on a CUDA device that
+    supports it, else where `cpu_runs_bf16`. Inference runs on the CPU and asks `cpu_runs_bf16`."""
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    return cpu_runs_bf16()
+
+
 def resolve_compute(name: str | None = None) -> str:
     """The compute precision to use: `name`, else $PIPKIE_COMPUTE, else `auto` (bfloat16 where
-    `bf16_is_fast`, else float32); "fp32" / "bf16" as well; ValueError for anything else."""
+    `cpu_runs_bf16`, else float32); "fp32" / "bf16" as well; ValueError for anything else."""
     raw = name or os.environ.get(ENV) or AUTO
     alias = {"fp32": "float32", "bf16": "bfloat16"}.get(raw.lower(), raw.lower())
     if alias == AUTO:
-        return "bfloat16" if bf16_is_fast() else "float32"
+        return "bfloat16" if cpu_runs_bf16() else "float32"
     if alias not in COMPUTE:
         raise ValueError(f"unknown compute precision {raw!r}; choose one of {[AUTO, *sorted(COMPUTE)]}")
     return alias

@@ -32,7 +32,7 @@ class ServeSettings(BaseModel):
     compute: Literal["float32", "bfloat16"] = Field(
         "auto",
         validate_default=True,
-        description="the layers' precision (pipkie.model.precision): auto = bfloat16 where it runs natively",
+        description="the layers' precision (pipkie.model.precision): auto = bfloat16 where the CPU runs it natively",
     )
     ocr: Literal["rapidocr", "tesseract"] = Field("rapidocr", description="OCR engine for images and scans")
     load_workers: int = Field(2, ge=1, le=64, description="threads loading/OCR-ing documents (bounded pool)")
