@@ -11,6 +11,8 @@
 # left out, `Group.required`). Default: the first five.
 # Outputs: results/dev/<suite>-<decode>-$TAG.json (+ .predictions.jsonl, resumed only under the
 # same settings) and a reliability diagram for the WildReceipt suites.
+# Precision: the default's (`--compute auto`: bfloat16 where the CPU runs it natively, else float32);
+# PIPKIE_COMPUTE=float32 gives the float32 numbers docs/RESULTS.md reports unless it says otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:?set MODEL=model directory}

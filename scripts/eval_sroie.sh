@@ -7,6 +7,8 @@
 # only from predictions made under the same settings (model weights, keys, decoder, data): a file
 # left by another model, such as one committed to the repository, is set aside and every receipt is
 # decoded again (pipkie evaluate says why). Decoder names: pip, ar-free, ar-forced.
+# Precision: the default's (`--compute auto`: bfloat16 where the CPU runs it natively, else float32);
+# PIPKIE_COMPUTE=float32 gives the float32 numbers docs/RESULTS.md reports unless it says otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-../shared/data/sroie}

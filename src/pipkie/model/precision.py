@@ -27,7 +27,7 @@ import torch
 
 COMPUTE = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ENV = "PIPKIE_COMPUTE"  # the default when no --compute is given
-AUTO = "auto"  # bfloat16 where it is fast (`bf16_is_fast`), else float32
+AUTO = "auto"  # bfloat16 where the CPU runs it natively (`cpu_runs_bf16`), else float32
 
 
 def cpu_runs_bf16(cpuinfo: str | None = None) -> bool:
