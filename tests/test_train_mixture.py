@@ -65,6 +65,29 @@ def test_missing_keys_of_the_type_are_asked_like_present_ones():
     assert sample_schemas(FIELDS, random.Random(3), 400, **kw) == asked(0.0)[2]
 
 
+def test_always_asked_keys_are_in_every_template_of_a_document_that_has_them():
+    """always_ask puts the store name in every template, even at max_keys 1 and heavy dropout, and
+    never asks a key the document lacks; empty, the draws are those of before the option."""
+    kw = dict(value_len=len, variation=0.0, absent=0.0, key_dropout=0.9)
+    pairs = sample_schemas(FIELDS, random.Random(4), 200, always_ask=("store_name", "tel"), max_keys=1, **kw)
+    assert all(list(vals) == ["store_name"] for _, vals in pairs)
+    pairs = sample_schemas(FIELDS, random.Random(4), 200, always_ask=("store_name",), **kw)
+    assert all("store_name" in vals for _, vals in pairs)
+    assert any(len(vals) > 1 for _, vals in pairs)  # other keys still come along
+    without = sample_schemas(FIELDS, random.Random(4), 200, **kw)
+    assert sum("store_name" in vals for _, vals in without) < 120  # dropped most of the time without it
+    assert sample_schemas(FIELDS, random.Random(4), 200, always_ask=(), **kw) == without
+
+
+def test_always_ask_reaches_a_sources_templates():
+    mixture = Mixture.from_config([{"source": "world_receipts", "n": 5, "always_ask": ["store_name"]}], seed=0)
+    (source,) = mixture.sources
+    rng = random.Random(0)
+    for i in range(5):
+        pairs = templates(source, source.get(i, 0), rng, 4, value_len=len, key_dropout=0.9, absent=0.0, variation=0.0)
+        assert all("store_name" in vals for _, vals in pairs)
+
+
 def test_a_misspelt_mixture_option_is_an_error():
     with pytest.raises(ValueError, match=r"unknown mixture option\(s\) \['ask_mising'\]"):
         Mixture.from_config([{"source": "world_receipts", "n": 5, "ask_mising": 1.0}])

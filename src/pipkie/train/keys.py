@@ -178,6 +178,7 @@ def sample_schemas(
     value_len=None,
     ask_missing: float = 0.0,
     erased: tuple[str, ...] = (),
+    always_ask: tuple[str, ...] = (),
 ) -> list[tuple[KeySchema, dict[str, str | None]]]:
     """n (schema, values) templates over a document's fields (canonical name -> value or None).
 
@@ -193,7 +194,11 @@ def sample_schemas(
     that an address is always there). At 0 no draw changes.
 
     `erased`: keys whose value was taken out of the document (`pipkie.train.erase`): asked as present
-    keys are, valued None."""
+    keys are, valued None.
+
+    `always_ask`: keys asked in every template where the document has them, never dropped nor cut by
+    `max_keys` (a key asked in one template of five is trained less than the keys around it; the
+    store name, asked that rarely, drifted in rounds 24-30: docs/RESULTS.md). Empty: no draw changes."""
     present = [k for k, v in fields.items() if v] + [k for k in erased if not fields.get(k)]
     missing = [k for k in absent_pool if k not in fields or not fields[k]]
     out = []
@@ -203,6 +208,10 @@ def sample_schemas(
             chosen += [k for k in missing if rng.random() < ask_missing * (1 - key_dropout)]
         chosen = chosen or ([rng.choice(present)] if present else [])
         rng.shuffle(chosen)
+        if always_ask:  # first, so that max_keys never cuts them; then shuffled again
+            kept = [k for k in always_ask if k in present]
+            chosen = (kept + [k for k in chosen if k not in kept])[:max_keys]
+            rng.shuffle(chosen)
         chosen = chosen[:max_keys]
         if rng.random() < absent or not chosen:
             pool = missing if missing and rng.random() < 0.7 else list(ABSENT_KEYS)
@@ -268,6 +277,7 @@ def sample_item_schema(
     absent: float = 0.5,
     absent_pool: tuple[str, ...] = (),
     ask_missing: float = 0.0,
+    always_ask: tuple[str, ...] = (),
     base_budgets: dict[str, int] | None = None,
     item_slots: int = 0,
 ):
@@ -298,6 +308,7 @@ def sample_item_schema(
             max_keys=3,
             value_len=value_len,
             ask_missing=ask_missing,
+            always_ask=always_ask,
         )
         flat = schema.keys
     have = [f for f in ITEM_FIELDS if items and f in items[0]]

@@ -18,7 +18,8 @@ words of the document as the key, the words that follow as the value), which tea
 place and copy what follows" on real OCR output. `absent_pool` lists the keys a source's documents
 may lack (answered `unknown`). Optional per source: `variation` (key renaming probability),
 `ask_missing` (how often a key of `absent_pool` the document lacks is asked, relative to a present
-key: `pipkie.train.keys.sample_schemas`; default 0),
+key: `pipkie.train.keys.sample_schemas`; default 0), `always_ask` (keys asked in every template of a
+document that has them; default none, which changes no draw),
 `erase` (the share of its documents drawn with one field's words taken out and that key asked,
 answered `unknown`: `pipkie.train.erase`; default 0, which changes no draw),
 `limit`, `noise` (OCR character noise for generated sources), `rules` (the share of a generated
@@ -44,7 +45,7 @@ from pipkie.train.keys import document_items, sample_item_schema, sample_schemas
 
 OPTIONS = {  # what a mixture entry may say (the module docstring)
     "source", "weight", "name", "data_dir", "split", "limit", "n",
-    "absent_pool", "variation", "ask_missing", "noise", "items", "erase", "rules",
+    "absent_pool", "variation", "ask_missing", "always_ask", "noise", "items", "erase", "rules",
 }  # fmt: skip
 
 
@@ -159,6 +160,7 @@ def templates(
             absent_pool=tuple(source.options.get("absent_pool", ())),
             variation=float(source.options.get("variation", variation)),
             ask_missing=float(source.options.get("ask_missing", 0.0)),
+            always_ask=tuple(source.options.get("always_ask", ())),
             describe=describe,
             key_dropout=key_dropout,
             absent=absent,
