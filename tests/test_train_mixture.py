@@ -88,6 +88,23 @@ def test_always_ask_reaches_a_sources_templates():
         assert all("store_name" in vals for _, vals in pairs)
 
 
+def test_first_line_keys_are_taught_only_where_the_value_starts_on_the_first_line():
+    """SROIE labels the registered company under a brand or a header; with first_line_keys such a
+    document never teaches `company`, while one whose company opens the receipt still does."""
+    from pipkie.io.document import Document
+    from pipkie.train.mixture import Source
+
+    fields = {"company": ["TASTE OF THE WORLD SDN BHD"], "total": ["9.90"]}
+    below = Document(id="b", text="GEOVENTURE\nTASTE OF THE WORLD SDN BHD\nTOTAL 9.90", fields=fields)
+    on_top = Document(id="t", text="TASTE OF THE WORLD SDN BHD\nTOTAL 9.90", fields=fields)
+    kw = dict(value_len=len, key_dropout=0.0, absent=0.0, variation=0.0)
+    for option, asked_below in (({"first_line_keys": ["company"]}, False), ({}, True)):
+        source = Source("dataset", 1.0, option, [below, on_top], 2)
+        rng = random.Random(0)
+        assert all(("company" in v) == asked_below for _, v in templates(source, below, rng, 20, **kw))
+        assert all("company" in v for _, v in templates(source, on_top, rng, 20, **kw))
+
+
 def test_a_misspelt_mixture_option_is_an_error():
     with pytest.raises(ValueError, match=r"unknown mixture option\(s\) \['ask_mising'\]"):
         Mixture.from_config([{"source": "world_receipts", "n": 5, "ask_mising": 1.0}])

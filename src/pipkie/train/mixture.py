@@ -19,7 +19,10 @@ place and copy what follows" on real OCR output. `absent_pool` lists the keys a 
 may lack (answered `unknown`). Optional per source: `variation` (key renaming probability),
 `ask_missing` (how often a key of `absent_pool` the document lacks is asked, relative to a present
 key: `pipkie.train.keys.sample_schemas`; default 0), `always_ask` (keys asked in every template of a
-document that has them; default none, which changes no draw),
+document that has them; default none, which changes no draw), `first_line_keys` (keys taught only on
+documents whose value starts on the first line: a data set that labels them by another convention, such as
+SROIE's registered company name under a brand or a `TAX INVOICE` header, where a user asks for the name
+printed on top; default none),
 `erase` (the share of its documents drawn with one field's words taken out and that key asked,
 answered `unknown`: `pipkie.train.erase`; default 0, which changes no draw),
 `limit`, `noise` (OCR character noise for generated sources), `rules` (the share of a generated
@@ -45,7 +48,8 @@ from pipkie.train.keys import document_items, sample_item_schema, sample_schemas
 
 OPTIONS = {  # what a mixture entry may say (the module docstring)
     "source", "weight", "name", "data_dir", "split", "limit", "n",
-    "absent_pool", "variation", "ask_missing", "always_ask", "noise", "items", "erase", "rules",
+    "absent_pool", "variation", "ask_missing", "always_ask", "first_line_keys", "noise", "items", "erase",
+    "rules",
 }  # fmt: skip
 
 
@@ -156,6 +160,9 @@ def templates(
     base slots by canonical field and `item_slots` a span field's slots (`keys.sample_item_schema`)."""
     if source.supervised:
         fields = {k: doc.value(k) for k in doc.fields if not k.startswith("items.")}
+        for k in source.options.get("first_line_keys", ()):
+            if fields.get(k) and not starts_on_first_line(doc, fields[k]):
+                del fields[k]
         kw = dict(
             absent_pool=tuple(source.options.get("absent_pool", ())),
             variation=float(source.options.get("variation", variation)),
@@ -181,6 +188,13 @@ def templates(
             for _ in range(n)
         ]
     return span_templates(doc, rng, n, value_len=value_len)
+
+
+def starts_on_first_line(doc: Document, value: str) -> bool:
+    """Whether the value's first word is on the document's first line (as serialized for the model)."""
+    from pipkie.io.document import serialize
+
+    return value.split()[0] in serialize(doc).split("\n", 1)[0]
 
 
 def span_templates(doc: Document, rng: random.Random, n: int, *, value_len, spans: int = 3):
