@@ -197,8 +197,9 @@ def sample_schemas(
     keys are, valued None.
 
     `always_ask`: keys asked in every template where the document has them, never dropped nor cut by
-    `max_keys` (a key asked in one template of five is trained less than the keys around it; the
-    store name, asked that rarely, drifted in rounds 24-30: docs/RESULTS.md). Empty: no draw changes."""
+    `max_keys` (a key asked in one template of five is trained less than the keys around it). Tried
+    on the store name in round 32: it halved the store name's drift, not significantly
+    (docs/RESULTS.md "Rounds 32 and 33"). Empty: no draw changes."""
     present = [k for k, v in fields.items() if v] + [k for k in erased if not fields.get(k)]
     missing = [k for k in absent_pool if k not in fields or not fields[k]]
     out = []

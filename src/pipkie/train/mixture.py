@@ -22,7 +22,7 @@ key: `pipkie.train.keys.sample_schemas`; default 0), `always_ask` (keys asked in
 document that has them; default none, which changes no draw), `first_line_keys` (keys taught only on
 documents whose value starts on the first line: a data set that labels them by another convention, such as
 SROIE's registered company name under a brand or a `TAX INVOICE` header, where a user asks for the name
-printed on top; default none),
+printed on top; default none; round 33 tried it on SROIE's company: docs/RESULTS.md "Rounds 32 and 33"),
 `erase` (the share of its documents drawn with one field's words taken out and that key asked,
 answered `unknown`: `pipkie.train.erase`; default 0, which changes no draw),
 `limit`, `noise` (OCR character noise for generated sources), `rules` (the share of a generated
