@@ -42,7 +42,7 @@ import random
 from dataclasses import dataclass, field
 
 from pipkie.data.generated import GENERATED, generate
-from pipkie.io.document import Document
+from pipkie.io.document import Document, serialize
 from pipkie.train.erase import maybe_erase
 from pipkie.train.keys import document_items, sample_item_schema, sample_schemas
 
@@ -106,8 +106,6 @@ class Mixture:
                     raise ValueError(f"refusing to train on a test split ({e.get('name')}:{split})")
                 docs = list(read_dataset(e["name"], e["data_dir"], split, limit=e.get("limit")))
                 if kind == "self":
-                    from pipkie.io.document import serialize
-
                     docs = [d for d in docs if len(serialize(d).split()) >= 8]
                 if not docs:
                     raise ValueError(f"mixture source {e.get('name')}:{split} has no documents")
@@ -192,8 +190,6 @@ def templates(
 
 def starts_on_first_line(doc: Document, value: str) -> bool:
     """Whether the value's first word is on the document's first line (as serialized for the model)."""
-    from pipkie.io.document import serialize
-
     return value.split()[0] in serialize(doc).split("\n", 1)[0]
 
 
@@ -201,7 +197,6 @@ def span_templates(doc: Document, rng: random.Random, n: int, *, value_len, span
     """Self-supervised templates: key = 1-4 words of a line, value = the 1-6 words after them."""
     import re
 
-    from pipkie.io.document import serialize
     from pipkie.schema import Key, KeySchema, SchemaError
 
     words = serialize(doc).split()
