@@ -71,6 +71,7 @@ class Field:
     grounding: str = "none"  # how the boxes were found: exact | fuzzy | none
     truncated: bool = False  # the value filled its whole budget (no end token inside it): maybe cut
     withheld: str | None = None  # the value read, answered unknown below its key's threshold (abstention)
+    layout: bool = False  # a list item's field read off a line the decoder skipped, by its neighbours' layout
 
 
 @dataclass
@@ -91,6 +92,8 @@ class Extraction:
             for out in [v for item in f for v in item.values()] if isinstance(f, list) else [f]:
                 if out.get("withheld") is None:
                     out.pop("withheld", None)
+                if not out.get("layout"):
+                    out.pop("layout", None)
         return d
 
     def to_json(self, **kw) -> str:
@@ -331,6 +334,7 @@ class Extractor:
                     _boxes(g[n].words) if n in g else [],
                     g[n].method if n in g else "none",
                     truncated=x.truncated,
+                    layout=x.layout,
                 )
                 for n, x in it.items()
             }

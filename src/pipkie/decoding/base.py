@@ -71,8 +71,11 @@ class Decoder(ABC):
         and with `snap` every value that ends inside a document word completed to the
         word's end (`pipkie.decoding.snap`), then a typed key's value not of its type made unknown
         (`pipkie.decoding.types`), then a list's items without a required field left out
-        (`pipkie.model.groups.keep_complete`), then a value below its key's `abstain` threshold made
-        unknown (`pipkie.decoding.abstain`: the model's `Settings.abstention`), for every decoder alike."""
+        (`pipkie.model.groups.keep_complete`), then the lines a list skipped between two of its items
+        filled in by their neighbours' layout (`pipkie.decoding.gaps`), then a value below its key's
+        `abstain` threshold made unknown (`pipkie.decoding.abstain`: the model's `Settings.abstention`),
+        for every decoder alike."""
+        from pipkie.decoding.gaps import fill_prediction
         from pipkie.model.groups import keep_complete, within_lines
 
         if refine_steps and not self.refines:
@@ -82,7 +85,10 @@ class Decoder(ABC):
             model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace, stats=stats
         )
         preds = snap_predictions(preds, texts) if snap else preds
-        return [withhold(keep_complete(reject_untyped(p, s), s), abstain) for p, s in zip(preds, schemas)]
+        return [
+            withhold(fill_prediction(keep_complete(reject_untyped(p, s), s), t), abstain)
+            for p, s, t in zip(preds, schemas, texts)
+        ]
 
     def __repr__(self) -> str:
         return f"<Decoder {self.name}>"

@@ -23,6 +23,7 @@ class FieldResult:
     tokens: list[int] = field(default_factory=list)
     truncated: bool = False  # the value filled its budget: no end token predicted inside it
     withheld: str | None = None  # the value read, answered `unknown` below its key's threshold (decoding.abstain)
+    layout: bool = False  # read off a skipped line by its neighbours' layout, not decoded (decoding.gaps)
 
 
 Prediction = dict[str, FieldResult]

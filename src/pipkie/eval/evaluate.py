@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 from pipkie.decoding import get_decoder
 from pipkie.decoding.abstain import thresholds
+from pipkie.decoding.gaps import GAPS
 from pipkie.decoding.items import ITEM_RULES
 from pipkie.decoding.snap import SNAP
 from pipkie.eval.abstention import withhold_rows
@@ -207,7 +208,7 @@ def evaluate(
                     + ([list(g.required)] if g.required else [])  # items without one are left out
                     for g, n in zip(schema.groups, items_budgets(builder, schema))
                 ],
-                "placement": ITEM_RULES,  # how a list's fields are read off the copy head (decoding.items)
+                "placement": f"{ITEM_RULES}-{GAPS}",  # a list's fields off the copy head (decoding.items), gaps filled
                 **({"item_headers": builder.item_headers} if builder.item_headers != "each" else {}),
                 **({"item_slots": builder.item_slots} if builder.item_slots else {}),
             }
