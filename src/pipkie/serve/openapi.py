@@ -28,6 +28,7 @@ class FieldOut(BaseModel):
     grounding: str
     truncated: bool = False
     withheld: str | None = None  # the value read, answered unknown below the model's threshold for its key
+    layout: bool = False  # a list item's field read off a line the decoder skipped, by its neighbours' layout
 
 
 class ExtractionOut(BaseModel):
