@@ -98,3 +98,15 @@ def test_flat_keys_pass_through_and_lists_are_filled(tiny_extractor):
     assert pred["total"].value == "24.45"
     assert [it["name"].value for it in pred["items"].items] == ["BenSPECIAL", "Caprese", "PineappleBellin"]
     assert fill_prediction({"total": FieldResult(None, 0.0)}, RECEIPT)["total"].value is None
+
+
+def test_only_layout_read_fields_say_so_in_the_json():
+    from pipkie.extract import Extraction, Field
+
+    out = Extraction(
+        "r", {"items": [{"name": Field("Coke", 0.9)}, {"name": Field("Caprese", 0.7, layout=True)}]}, "pip", 0.1
+    ).to_dict()
+    assert [("layout" in it["name"], it["name"].get("layout")) for it in out["fields"]["items"]] == [
+        (False, None),
+        (True, True),
+    ]

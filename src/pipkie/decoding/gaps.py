@@ -29,6 +29,7 @@ import re
 from dataclasses import replace
 
 from pipkie.decoding.results import FieldResult
+from pipkie.model.groups import ItemsResult
 
 GAPS = "gaps-1"  # names this rule in evaluation fingerprints (`pipkie.eval.evaluate`)
 _AMOUNT = re.compile(r"^[$€£¥￥]?-?\d{1,7}[.,]\d{2}[-*#A-Z]{0,2}$")  # a flag may follow: `2.05-`, `3.00*`, `53.78A`
@@ -137,8 +138,6 @@ def fill_gaps(items: list[dict[str, FieldResult]], text: str) -> list[dict[str, 
 
 def fill_prediction(pred: dict, text: str) -> dict:
     """One document's results with every list's skipped lines filled in (`fill_gaps`); flat keys as they are."""
-    from pipkie.model.groups import ItemsResult
-
     return {
         k: replace(v, items=fill_gaps(v.items, text)) if isinstance(v, ItemsResult) and v.items else v
         for k, v in pred.items()
