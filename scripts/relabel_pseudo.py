@@ -32,7 +32,8 @@ def main() -> None:
     if args.out.exists():
         raise SystemExit(f"{args.out} exists: give a new folder")
     shutil.copytree(args.labelled / DOCS, args.out / DOCS)
-    shutil.copy(args.labelled / "labels.jsonl", args.out / "labels.jsonl")
+    for manifest in args.labelled.glob("labels*.jsonl"):  # every shard's, as `manifest_rows` reads them
+        shutil.copy(manifest, args.out / manifest.name)
     docs = {d.id: d for d in read_words(args.words, "all")}
     added = dict.fromkeys(thresholds, 0)
     for row in manifest_rows(args.labelled):

@@ -123,16 +123,14 @@ def fill_gaps(items: list[dict[str, FieldResult]], text: str) -> list[dict[str, 
         if k + 1 == len(items) or where[k] is None or where[k + 1] is None:
             continue
         (a, map_a), (b, map_b) = where[k], where[k + 1]
+        neighbours = ((shape(lines[a]), map_a), (shape(lines[b]), map_b))  # the one above first
         for j in range(a + 1, b):
             s = shape(lines[j])
             if "amount" not in s and "count" not in s:
                 continue
-            for line, mapping in ((a, map_a), (b, map_b)):
-                if shape(lines[line]) == s:
-                    read = _read(lines[j], mapping, item, items[k + 1])
-                    if read is not None:
-                        out.append(read)
-                    break
+            mapping = next((m for like, m in neighbours if like == s), None)
+            if mapping is not None and (read := _read(lines[j], mapping, item, items[k + 1])) is not None:
+                out.append(read)
     return out
 
 
