@@ -31,6 +31,22 @@ def test_snap_to_words(value, snapped):
     assert snap_to_words(value, TEXT) == snapped
 
 
+@pytest.mark.parametrize(
+    "value, text, snapped",
+    [
+        ("ILIO'", "ILIO'S\nRestaurant", "ILIO'S"),  # an apostrophe before a letter is inside a word
+        ("CIR CENT", "CIR\nCENTRAL\nBLDG", "CIR CENTRAL"),  # matched over a line break, most of it read
+        ("THE ROUND TOWER K", "THE\nROUND\nTOWER\nKELLSCO.MEATH", "THE ROUND TOWER"),  # a spill: cut
+        ("CAFFE'TORINO D", "CAFFE'TORINO\nDICAPOZZO", "CAFFE'TORINO"),
+        ("SDN B", "SDN BHD", "SDN BHD"),  # a short rest on the same line is completed, not cut
+        ("KE", "KELLSCO.MEATH", "KELLSCO.MEATH"),  # a one-word value is never cut to nothing
+        ("TOWER K", "TOWER\nKELLS\nTOWER\nKO", "TOWER K"),  # two different rests: left alone
+    ],
+)
+def test_values_over_lines_and_spills(value, text, snapped):
+    assert snap_to_words(value, text) == snapped
+
+
 def test_a_value_whole_somewhere_is_not_extended():
     assert snap_to_words("ACME", "ACMEFOODS\nACME") == "ACME"
 
