@@ -45,7 +45,10 @@ def extract(
     ),
     refine_steps: int = typer.Option(0, help="PIP Mask-Predict refinement passes"),
     snap: bool = typer.Option(
-        True, "--snap/--no-snap", help="complete values cut inside a document word to the word's end (every decoder)"
+        True,
+        "--snap/--no-snap",
+        help="fit values to the document's words (every decoder): a value cut inside a word completed to "
+        "its end, one that runs on into another key's value ended where that one starts",
     ),
     pretty: bool = typer.Option(
         False,

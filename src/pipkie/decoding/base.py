@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 from pipkie.decoding.abstain import withhold  # (plain Python: no torch)
+from pipkie.decoding.disjoint import disjoint  # (plain Python too)
 from pipkie.decoding.snap import snap_predictions  # (plain Python too)
 from pipkie.decoding.types import reject_untyped  # (plain Python too)
 
@@ -70,7 +71,8 @@ class Decoder(ABC):
         """`decode` (each list's K cut to its document's lines + 1: `pipkie.model.groups.within_lines`),
         and with `snap` every value that ends inside a document word completed to the
         word's end (`pipkie.decoding.snap`), then a typed key's value not of its type made unknown
-        (`pipkie.decoding.types`), then a list's items without a required field left out
+        (`pipkie.decoding.types`), then with `snap` a value that runs on into another key's value
+        ended where that one starts (`pipkie.decoding.disjoint`), then a list's items without a required field left out
         (`pipkie.model.groups.keep_complete`), then the lines a list skipped between two of its items
         filled in by their neighbours' layout (`pipkie.decoding.gaps`), then a value below its key's
         `abstain` threshold made unknown (`pipkie.decoding.abstain`: the model's `Settings.abstention`),
@@ -85,10 +87,9 @@ class Decoder(ABC):
             model, builder, texts, schemas, pattern=pattern, refine_steps=refine_steps, trace=trace, stats=stats
         )
         preds = snap_predictions(preds, texts) if snap else preds
-        return [
-            withhold(fill_prediction(keep_complete(reject_untyped(p, s), s), t), abstain)
-            for p, s, t in zip(preds, schemas, texts)
-        ]
+        preds = [reject_untyped(p, s) for p, s in zip(preds, schemas)]
+        preds = [disjoint(p, t) for p, t in zip(preds, texts)] if snap else preds
+        return [withhold(fill_prediction(keep_complete(p, s), t), abstain) for p, s, t in zip(preds, schemas, texts)]
 
     def __repr__(self) -> str:
         return f"<Decoder {self.name}>"

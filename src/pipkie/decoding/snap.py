@@ -41,9 +41,15 @@ def _inside(last: str, following: str) -> bool:
     )
 
 
+def words_regex(words: list[str]) -> str:
+    """A regex of these words with any whitespace between them: a value copied over a line break
+    says ` ` where the text has a newline (also `pipkie.decoding.disjoint`'s way to place a value)."""
+    return r"\s+".join(re.escape(w) for w in words)
+
+
 def _pattern(words: list[str]) -> re.Pattern:
     """The value's words separated by any whitespace; the last separator captured (a line break?)."""
-    head = r"\s+".join(re.escape(w) for w in words[:-1])
+    head = words_regex(words[:-1])
     return re.compile(f"{head}(\\s+){re.escape(words[-1])}" if head else re.escape(words[-1]))
 
 

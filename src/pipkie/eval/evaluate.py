@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 from pipkie.decoding import get_decoder
 from pipkie.decoding.abstain import thresholds
+from pipkie.decoding.disjoint import DISJOINT
 from pipkie.decoding.gaps import GAPS
 from pipkie.decoding.items import ITEM_RULES
 from pipkie.decoding.snap import SNAP
@@ -199,7 +200,7 @@ def evaluate(
         data_dir=str(Path(data_dir).resolve()),
         limit=limit,
         key_map=key_map,
-        post=SNAP,  # values snapped to document words (predictions from before are decoded again)
+        post=f"{SNAP}-{DISJOINT}",  # values snapped to document words, keys' values disjoint (older rows decoded again)
         **({"compute": compute} if compute != "float32" else {}),  # float32 runs resume as before
         **(
             {
