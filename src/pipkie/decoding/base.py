@@ -72,11 +72,11 @@ class Decoder(ABC):
         and with `snap` every value that ends inside a document word completed to the
         word's end (`pipkie.decoding.snap`), then a typed key's value not of its type made unknown
         (`pipkie.decoding.types`), then with `snap` a value that runs on into another key's value
-        ended where that one starts (`pipkie.decoding.disjoint`), then a list's items without a required field left out
-        (`pipkie.model.groups.keep_complete`), then the lines a list skipped between two of its items
-        filled in by their neighbours' layout (`pipkie.decoding.gaps`), then a value below its key's
-        `abstain` threshold made unknown (`pipkie.decoding.abstain`: the model's `Settings.abstention`),
-        for every decoder alike."""
+        ended where that one starts (`pipkie.decoding.disjoint`), then a list's items without a
+        required field left out (`pipkie.model.groups.keep_complete`), then the lines a list skipped
+        between two of its items filled in by their neighbours' layout (`pipkie.decoding.gaps`), then
+        a value below its key's `abstain` threshold made unknown (`pipkie.decoding.abstain`: the
+        model's `Settings.abstention`), for every decoder alike."""
         from pipkie.decoding.gaps import fill_prediction
         from pipkie.model.groups import keep_complete, within_lines
 
