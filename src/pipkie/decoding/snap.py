@@ -62,7 +62,7 @@ def snap_to_words(value: str | None, text: str) -> str | None:
     endings = set()  # (rest of the word, whether the last word begins a new line)
     for m in _pattern(words).finditer(text):
         end = m.end()
-        if end == len(text) or not _inside(value.rstrip()[-1], text[end]):
+        if end == len(text) or not _inside(words[-1][-1], text[end]):
             return value  # whole somewhere (at a space, before punctuation, `2016` before `FRI`)
         endings.add((_WORD_REST.match(text, end).group(0), len(words) > 1 and "\n" in m.group(1)))
         if len(endings) > 1:
