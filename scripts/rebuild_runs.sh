@@ -3,9 +3,11 @@
 # none of it): resumable, each step skips what is already there.
 #   scripts/rebuild_runs.sh [step...]      steps: wrdev-ocr unlabeled-ocr sums pseudo (default: all, in order)
 # - wrdev-ocr      rapidocr words of WildReceipt dev's 100 images -> ../runs/ocr/wrdev-cache
-#                  (the wr-images suites of scripts/eval_dev.sh; ~3 min on 2 cores)
+#                  (the wr-images suites of scripts/eval_dev.sh; ~3 min on 2 cores), at the engine's
+#                  default line score (0.9 since session 33; the results before it read 0.5's words)
 # - unlabeled-ocr  rapidocr words of the 1,297 unlabelled photos -> ../runs/ocr/wildreceipt_unlabeled
-#                  (stage-1 self-supervision, `source: self`; ~26 min on 2 cores)
+#                  (stage-1 self-supervision, `source: self`; ~26 min on 2 cores), at line score 0.5
+#                  (`--min-score 0.5`), as every shipped model up to round 20 was trained on them
 # - sums           item lists that add up to the receipt's total, no model -> ../runs/pseudo/wildreceipt_sums
 #                  (`pipkie label-items`; seconds)
 # - pseudo         the default model's confident answers (>= 0.9) -> ../runs/pseudo/wildreceipt_unlabeled
@@ -22,10 +24,10 @@ STEPS=${*:-wrdev-ocr unlabeled-ocr sums pseudo}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 P=.venv/bin/pipkie
 
-ocr2() {  # ocr2 SRC OUT: two shards side by side
-  "$P" ocr "$1" --out "$2" --threads 1 --shard 0/2 &
+ocr2() {  # ocr2 SRC OUT [pipkie ocr options]: two shards side by side
+  "$P" ocr "$1" --out "$2" --threads 1 --shard 0/2 "${@:3}" &
   local a=$!
-  "$P" ocr "$1" --out "$2" --threads 1 --shard 1/2
+  "$P" ocr "$1" --out "$2" --threads 1 --shard 1/2 "${@:3}"
   wait "$a"
 }
 
@@ -33,7 +35,7 @@ for step in $STEPS; do
   echo "== $step ($(date -u +%H:%M:%S))"
   case "$step" in
     wrdev-ocr) ocr2 "$DATA/wildreceipt_dev" "$RUNS/ocr/wrdev-cache" ;;
-    unlabeled-ocr) ocr2 "$DATA/wildreceipt_unlabeled" "$RUNS/ocr/wildreceipt_unlabeled" ;;
+    unlabeled-ocr) ocr2 "$DATA/wildreceipt_unlabeled" "$RUNS/ocr/wildreceipt_unlabeled" --min-score 0.5 ;;
     sums) "$P" label-items "$RUNS/ocr/wildreceipt_unlabeled" --out "$RUNS/pseudo/wildreceipt_sums" ;;
     pseudo)
       "$P" label "$RUNS/ocr/wildreceipt_unlabeled" --out "$RUNS/pseudo/wildreceipt_unlabeled" --model "$MODEL" \

@@ -99,6 +99,24 @@ def test_get_engine_is_cached_and_lazy():
         get_engine("nope")
 
 
+def test_rapidocr_drops_lines_it_doubts(monkeypatch):
+    """rapidocr is told to drop lines it scores under 0.9 (its own default, 0.5, lets logos and
+    stamps through as text), and `set_engine_options` can lower it again."""
+    import rapidocr
+
+    from pipkie.io import ocr
+
+    seen = []
+    monkeypatch.setattr(rapidocr, "RapidOCR", lambda params: seen.append(params) or object())
+    RapidOCR(threads=1)._engine()
+    ocr.set_engine_options("rapidocr", min_score=0.5)
+    try:
+        get_engine("rapidocr", threads=1)._engine()
+    finally:
+        ocr.set_engine_options("rapidocr")
+    assert [p["Global.text_score"] for p in seen] == [0.9, 0.5]
+
+
 def test_unreadable_images_raise_ocr_error(tmp_path):
     engine = RapidOCR(threads=1)  # fails before any model is loaded
     with pytest.raises(OCRError, match="cannot read image"):

@@ -58,3 +58,22 @@ def test_cli_ocr_shards_and_bad_arguments(tmp_path):
     res = runner.invoke(app, ["ocr", str(src), "--out", str(tmp_path / "o"), "--shard", "1/2"])
     stats = json.loads(res.output[res.output.index("{") :].splitlines()[0])  # after the progress bar (stderr)
     assert res.exit_code == 0 and (stats["done"], stats["skipped"], stats["failed"]) == (0, 0, 0)
+
+
+def test_cli_ocr_min_score(tmp_path, monkeypatch):
+    from pipkie.io import ocr
+
+    monkeypatch.setattr(ocr, "_OPTIONS", {})  # the option is process-wide: keep it out of other tests
+    runner = CliRunner()
+    src = tmp_path / "in"
+    src.mkdir()
+    out = ["--out", str(tmp_path / "o")]
+    res = runner.invoke(app, ["ocr", str(src), *out, "--min-score", "1.5"])
+    assert res.exit_code != 0 and "must lie in [0, 1], got 1.5" in _said(res)
+    res = runner.invoke(app, ["ocr", str(src), *out, "--engine", "tesseract", "--min-score", "0.5"])
+    assert res.exit_code != 0 and "only rapidocr takes a score threshold" in _said(res)
+    assert ocr._OPTIONS == {}
+    res = runner.invoke(app, ["ocr", str(src), *out, "--min-score", "0.5"])
+    assert res.exit_code == 0 and ocr._OPTIONS == {"rapidocr": {"min_score": 0.5}}
+    assert ocr.get_engine("rapidocr", threads=1).min_score == 0.5
+    ocr._cached_engine.cache_clear()  # the engine made with the option is not handed to later tests

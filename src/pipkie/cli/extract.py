@@ -230,14 +230,25 @@ def ocr(
     threads: int | None = typer.Option(None, help="OCR threads per process (default $PIPKIE_THREADS or 1)"),
     limit: int | None = typer.Option(None, help="at most this many files"),
     shard: str = typer.Option("0/1", help="I/N: every N-th file from the I-th (run N processes to use N cores)"),
+    min_score: float | None = typer.Option(
+        None,
+        help="rapidocr: drop lines it scores under this, 0-1 (default 0.9; rapidocr's 0.5 keeps logos read as text)",
+    ),
 ):
     """OCR a folder into pipkie's JSON-words format, resumably (files already done are skipped).
 
     The outputs load with `pipkie extract OUT/x.json` and as the dataset `words` (`pipkie.data.words`).
     """
+    from pipkie.io.ocr import set_engine_options
     from pipkie.io.ocr_folder import ocr_folder
 
     part = parse_shard(shard)
+    if min_score is not None:
+        if engine != "rapidocr":
+            raise typer.BadParameter(f"only rapidocr takes a score threshold, not {engine!r}", param_hint="--min-score")
+        if not 0 <= min_score <= 1:
+            raise typer.BadParameter(f"must lie in [0, 1], got {min_score}", param_hint="--min-score")
+        set_engine_options("rapidocr", min_score=min_score)
     try:
         stats = ocr_folder(src, out, engine=engine, threads=set_threads(threads), limit=limit, shard=part)
     except FileNotFoundError as e:

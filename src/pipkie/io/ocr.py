@@ -12,13 +12,18 @@ created, and `get_engine` caches them, so a service pays the load once.
   paths are passed explicitly, so rapidocr's download code is never reached (no network at run
   time). ONNX Runtime gets `threads` intra-op threads and 1 inter-op thread (OpenCV gets `threads`
   too: a process-wide setting). Words come from rapidocr's word boxes (`return_word_box`); a line
-  without them falls back to one word per line box. What its time goes into can be set (None, the
-  default, keeps rapidocr's own value, so outputs do not change): `max_side` (an image's long side
-  is scaled down to it before anything runs; rapidocr: 2000), `det_side` / `det_limit_type` (the
-  detector's input: its shorter side scaled up to `det_side` under "min", its longer side down to
-  it under "max"; rapidocr: 736, "min"), `use_cls` (the 180-degree direction classifier run on every
-  text line), `rec_batch` (text lines recognised per ONNX call). `set_engine_options` sets them for
-  the engines a process creates from then on (e.g. in an OCR worker process).
+  without them falls back to one word per line box. Lines rapidocr scores under `min_score` are
+  dropped: 0.9, not rapidocr's 0.5, because on photographed receipts the lines it scores lower are
+  mostly logos, stamps, dot rows and text showing through the paper read as characters (`本`,
+  `*****`, `VT`), which the model then takes for the store name (docs/RESULTS.md "Lines the OCR
+  engine doubts"); `set_engine_options("rapidocr", min_score=0.5)` keeps them. What its time goes
+  into can be set (None, the default, keeps rapidocr's own value, so outputs do not change):
+  `max_side` (an image's long side is scaled down to it before anything runs; rapidocr: 2000),
+  `det_side` / `det_limit_type` (the detector's input: its shorter side scaled up to `det_side`
+  under "min", its longer side down to it under "max"; rapidocr: 736, "min"), `use_cls` (the
+  180-degree direction classifier run on every text line), `rec_batch` (text lines recognised per
+  ONNX call). `set_engine_options` sets them for the engines a process creates from then on (e.g. in
+  an OCR worker process).
 - `Tesseract`: the `tesseract` binary (apt-get install tesseract-ocr tesseract-ocr-eng), run with
   `--psm 6` and OMP_THREAD_LIMIT=threads (unlimited OpenMP threads make it crawl on a busy machine).
 
@@ -166,7 +171,7 @@ class RapidOCR:
         self,
         threads: int = 1,
         word_boxes: bool = True,
-        min_score: float = 0.5,
+        min_score: float = 0.9,
         *,
         max_side: int | None = None,
         det_side: int | None = None,
