@@ -396,6 +396,31 @@ def test_a_pip_model_without_ar_baseline_refuses_ar_decoding(tmp_path, tiny_mode
         Extractor.from_pretrained(solo).extract(None, "total", decode="ar-free", text="x")
 
 
+def test_cli_extract_ocr_min_score(tmp_path, tiny_model_dir, monkeypatch):
+    """--ocr-min-score is checked before the model loads and reaches the OCR of every file."""
+    from typer.testing import CliRunner
+
+    import pipkie.pipeline
+    from pipkie.cli import app
+
+    note = tmp_path / "note.txt"
+    note.write_text("Total 9.90\n")
+    runner = CliRunner()
+    base = ["extract", str(note), "--model", str(tmp_path / "nowhere"), "--keys", "total"]
+    said = lambda res: " ".join(res.output.replace("│", " ").split())  # noqa: E731 - the error box, unwrapped
+    res = runner.invoke(app, [*base, "--ocr-min-score", "2"])
+    assert res.exit_code == 2 and "must lie in [0, 1], got 2.0" in said(res)
+    res = runner.invoke(app, [*base, "--ocr", "tesseract", "--ocr-min-score", "0.5"])
+    assert res.exit_code == 2 and "only rapidocr takes a line-score threshold" in said(res)
+    seen = []
+    monkeypatch.setattr(pipkie.pipeline, "configure_ocr", lambda engine, options: seen.append((engine, options)))
+    res = runner.invoke(
+        app, ["extract", str(note), "--model", str(tiny_model_dir), "--keys", "total", "--ocr-min-score", "0.6"]
+    )
+    assert res.exit_code == 0, res.output
+    assert seen == [("rapidocr", {"min_score": 0.6})]
+
+
 def test_cli_extract_ar_without_baseline_is_a_clear_error(tmp_path, tiny_model_dir):
     from typer.testing import CliRunner
 

@@ -115,6 +115,8 @@ def test_rapidocr_drops_lines_it_doubts(monkeypatch):
     finally:
         ocr.set_engine_options("rapidocr")
     assert [p["Global.text_score"] for p in seen] == [0.9, 0.5]
+    with pytest.raises(ValueError, match="min_score must lie in"):
+        RapidOCR(min_score=1.5)
 
 
 def test_unreadable_images_raise_ocr_error(tmp_path):

@@ -71,7 +71,7 @@ def test_cli_ocr_min_score(tmp_path, monkeypatch):
     res = runner.invoke(app, ["ocr", str(src), *out, "--min-score", "1.5"])
     assert res.exit_code != 0 and "must lie in [0, 1], got 1.5" in _said(res)
     res = runner.invoke(app, ["ocr", str(src), *out, "--engine", "tesseract", "--min-score", "0.5"])
-    assert res.exit_code != 0 and "only rapidocr takes a score threshold" in _said(res)
+    assert res.exit_code != 0 and "only rapidocr takes a line-score threshold" in _said(res)
     assert ocr._OPTIONS == {}
     res = runner.invoke(app, ["ocr", str(src), *out, "--min-score", "0.5"])
     assert res.exit_code == 0 and ocr._OPTIONS == {"rapidocr": {"min_score": 0.5}}

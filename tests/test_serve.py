@@ -393,6 +393,25 @@ def test_settings_from_the_environment_and_overrides():
     assert (app.state.service.settings.max_words, app.state.service.settings.max_queue) == (7, 3)
 
 
+def test_settings_ocr_min_score_reaches_the_engine(monkeypatch):
+    """PIPKIE_OCR_MIN_SCORE / --ocr-min-score: checked, kept out of /health, set on the engine."""
+    from pipkie.io import ocr
+
+    monkeypatch.setattr(ocr, "_OPTIONS", {})  # process-wide: kept out of other tests
+    s = ServeSettings.from_env({"PIPKIE_OCR_MIN_SCORE": "0.5"})
+    assert s.ocr_min_score == 0.5 and "ocr_min_score" not in s.public()
+    with pytest.raises(ValueError, match="PIPKIE_OCR_MIN_SCORE"):
+        ServeSettings.from_env({"PIPKIE_OCR_MIN_SCORE": "1.5"})
+    with pytest.raises(ValueError, match="only rapidocr takes a line-score threshold"):
+        ServeSettings.from_env({}, ocr="tesseract", ocr_min_score=0.5)
+    create_app(object(), ServeSettings())
+    assert ocr._OPTIONS == {}  # unset: the engine's own default
+    create_app(object(), s)
+    assert ocr._OPTIONS == {"rapidocr": {"min_score": 0.5}}
+    assert ocr.get_engine("rapidocr", threads=1).min_score == 0.5
+    ocr._cached_engine.cache_clear()
+
+
 def test_cli_serve_builds_settings_from_options_and_env(tiny_model_dir, monkeypatch):
     from typer.testing import CliRunner
 

@@ -57,6 +57,21 @@ def check_compute(value: str | None) -> str:
         raise typer.BadParameter(str(e), param_hint="--compute") from None
 
 
+OCR_MIN_SCORE_HELP = "rapidocr: drop lines it scores under this, 0-1 (default 0.9; its own 0.5 lets logos in as text)"
+
+
+def ocr_options(ocr: str, min_score: float | None, hint: str = "--ocr-min-score") -> dict | None:
+    """OCR engine options from the command line (`pipkie.io.ocr.set_engine_options`), or a usage
+    error: only rapidocr scores its lines (`RapidOCR.min_score`)."""
+    if min_score is None:
+        return None
+    if ocr != "rapidocr":
+        raise typer.BadParameter(f"only rapidocr takes a line-score threshold, not {ocr!r}", param_hint=hint)
+    if not 0 <= min_score <= 1:
+        raise typer.BadParameter(f"must lie in [0, 1], got {min_score}", param_hint=hint)
+    return {"min_score": min_score}
+
+
 def quiet_transformers() -> None:
     """No weight-loading progress bars or info logs on stderr (it carries our progress and errors)."""
     try:

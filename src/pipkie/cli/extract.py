@@ -9,12 +9,14 @@ import typer
 
 from pipkie.cli.common import (
     COMPUTE_HELP,
+    OCR_MIN_SCORE_HELP,
     app,
     check_compute,
     decoder_help,
     error,
     key_schema,
     load_extractor,
+    ocr_options,
     parse_shard,
     set_threads,
 )
@@ -61,6 +63,7 @@ def extract(
     threads: int | None = typer.Option(None, help="torch/OCR threads (default $PIPKIE_THREADS or 1)"),
     compute: str | None = typer.Option(None, help=COMPUTE_HELP),
     ocr: str = typer.Option("rapidocr", help="OCR engine for images and scanned PDFs: rapidocr | tesseract"),
+    ocr_min_score: float | None = typer.Option(None, help=OCR_MIN_SCORE_HELP),
     batch_size: int = typer.Option(8, min=1, help="documents decoded together (one forward pass for PIP)"),
     max_pages: int = typer.Option(20, min=1, help="refuse documents with more pages"),
     progress: bool = typer.Option(
@@ -103,6 +106,7 @@ def extract(
     if decode not in DECODERS:
         raise typer.BadParameter(f"must be one of {', '.join(DECODERS)}", param_hint="--decode")
     ks = key_schema(keys, schema)
+    ocr_opts = ocr_options(ocr, ocr_min_score)
     n = set_threads(threads)
     compute = check_compute(compute)
     ex = load_extractor(model, n, ocr, compute)
@@ -127,6 +131,7 @@ def extract(
         snap=snap,
         batch_size=batch_size,
         max_pages=max_pages,
+        ocr_options=ocr_opts,
         progress=progress and len(files) > 1,
         log=lambda m: typer.echo(m, err=True),
     )
@@ -230,10 +235,7 @@ def ocr(
     threads: int | None = typer.Option(None, help="OCR threads per process (default $PIPKIE_THREADS or 1)"),
     limit: int | None = typer.Option(None, help="at most this many files"),
     shard: str = typer.Option("0/1", help="I/N: every N-th file from the I-th (run N processes to use N cores)"),
-    min_score: float | None = typer.Option(
-        None,
-        help="rapidocr: drop lines it scores under this, 0-1 (default 0.9; rapidocr's 0.5 keeps logos read as text)",
-    ),
+    min_score: float | None = typer.Option(None, help=OCR_MIN_SCORE_HELP),
 ):
     """OCR a folder into pipkie's JSON-words format, resumably (files already done are skipped).
 
@@ -243,12 +245,9 @@ def ocr(
     from pipkie.io.ocr_folder import ocr_folder
 
     part = parse_shard(shard)
-    if min_score is not None:
-        if engine != "rapidocr":
-            raise typer.BadParameter(f"only rapidocr takes a score threshold, not {engine!r}", param_hint="--min-score")
-        if not 0 <= min_score <= 1:
-            raise typer.BadParameter(f"must lie in [0, 1], got {min_score}", param_hint="--min-score")
-        set_engine_options("rapidocr", min_score=min_score)
+    options = ocr_options(engine, min_score, "--min-score")
+    if options:
+        set_engine_options(engine, **options)
     try:
         stats = ocr_folder(src, out, engine=engine, threads=set_threads(threads), limit=limit, shard=part)
     except FileNotFoundError as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pipkie.cli.common import COMPUTE_HELP, app, error, load_extractor, set_threads
+from pipkie.cli.common import COMPUTE_HELP, OCR_MIN_SCORE_HELP, app, error, load_extractor, set_threads
 
 
 @app.command()
@@ -15,6 +15,7 @@ def serve(
     threads: int | None = typer.Option(None, help="torch/OCR threads (default $PIPKIE_THREADS or 1)"),
     compute: str | None = typer.Option(None, help=COMPUTE_HELP),
     ocr: str | None = typer.Option(None, help="rapidocr | tesseract (default rapidocr)"),
+    ocr_min_score: float | None = typer.Option(None, help=OCR_MIN_SCORE_HELP),
     max_batch: int | None = typer.Option(None, min=1, help="most requests decoded together (8)"),
     max_wait_ms: float | None = typer.Option(
         None, min=0, help="how long the first queued request waits for others (10)"
@@ -47,6 +48,7 @@ def serve(
             threads=threads,
             compute=compute,
             ocr=ocr,
+            ocr_min_score=ocr_min_score,
             max_batch=max_batch,
             max_wait_ms=max_wait_ms,
             max_upload_mb=max_upload_mb,

@@ -183,6 +183,8 @@ class RapidOCR:
             raise ValueError("threads must be >= 1")
         if det_limit_type not in (None, "min", "max"):
             raise ValueError("det_limit_type must be 'min' or 'max'")
+        if not 0 <= min_score <= 1:
+            raise ValueError(f"min_score must lie in [0, 1], got {min_score}")
         self.threads, self.word_boxes, self.min_score = threads, word_boxes, min_score
         tuning = {
             "Global.max_side_len": max_side,

@@ -34,7 +34,7 @@ from fastapi import Request
 from pipkie.decoding import DECODERS
 from pipkie.io.document import Document
 from pipkie.io.loaders import DocumentError, LoadCancelled
-from pipkie.io.ocr import OCREngineError
+from pipkie.io.ocr import OCREngineError, set_engine_options
 from pipkie.model.template import DocumentTooLong
 from pipkie.schema import KeySchema, SchemaError
 from pipkie.serve.batcher import Batcher, DeadlineExceeded, QueueFull, RunningMean, ShuttingDown
@@ -75,6 +75,8 @@ class Service:
 
     def __init__(self, settings: ServeSettings, extractor=None):
         self.settings, self.metrics = settings, Metrics()
+        if settings.ocr_min_score is not None:  # process-wide: the loader threads share the engine
+            set_engine_options(settings.ocr, min_score=settings.ocr_min_score)
         self._extractor, self._lock = extractor, threading.Lock()
         self.batcher = Batcher(
             self.get_extractor,

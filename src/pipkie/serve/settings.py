@@ -35,6 +35,9 @@ class ServeSettings(BaseModel):
         description="the layers' precision (pipkie.model.precision): auto = bfloat16 where the CPU runs it natively",
     )
     ocr: Literal["rapidocr", "tesseract"] = Field("rapidocr", description="OCR engine for images and scans")
+    ocr_min_score: float | None = Field(
+        None, ge=0, le=1, description="rapidocr: drop lines it scores under this (default: the engine's, 0.9)"
+    )
     load_workers: int = Field(2, ge=1, le=64, description="threads loading/OCR-ing documents (bounded pool)")
     warmup: bool = Field(True, description="one model call at startup, to measure seconds per document")
     # batching
@@ -53,6 +56,14 @@ class ServeSettings(BaseModel):
     max_queue: int = Field(32, ge=1, description="most requests admitted at once, loading or queued (503 beyond)")
     ocr_seconds: float = Field(4.0, gt=0, description="estimated seconds to load+OCR an image, until measured")
 
+    @field_validator("ocr_min_score")
+    @classmethod
+    def _min_score(cls, value, info):
+        """Only rapidocr scores its lines (`pipkie.io.ocr.RapidOCR.min_score`)."""
+        if value is not None and info.data.get("ocr") != "rapidocr":
+            raise ValueError(f"only rapidocr takes a line-score threshold, not {info.data.get('ocr')!r}")
+        return value
+
     @field_validator("compute", mode="before")
     @classmethod
     def _compute(cls, value):
@@ -67,7 +78,8 @@ class ServeSettings(BaseModel):
 
     def public(self) -> dict:
         """The limits a client may want to know (GET /health)."""
-        return self.model_dump(exclude={"model", "threads", "compute", "ocr", "load_workers", "warmup", "ocr_seconds"})
+        private = {"model", "threads", "compute", "ocr", "ocr_min_score", "load_workers", "warmup", "ocr_seconds"}
+        return self.model_dump(exclude=private)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> ServeSettings:
