@@ -23,6 +23,8 @@ OF_TYPE = {
         "04/11",
         "15/APR/2017",
         "20180428",
+        "1/2",
+        "2013/05",
     ],
     "time": ["8:39AM", "13:46", "11:41A", "05:10:PM", "7:23:34P", "13h46", "8.39 pm"],
     "money": [
@@ -41,7 +43,9 @@ OF_TYPE = {
     "phone": ["(714)879-3574", "+60 3-1234 5678", "206-441-9785", "04.3388325"],
 }
 NOT_OF_TYPE = {
-    "date": ["206-441-9785", "12.99", "1 SOFTDRINKS 5", "7349944004", "8:39AM", "20181345"],
+    # numbers with slashes that name no day (`_on_the_calendar`)
+    "date": ["206-441-9785", "12.99", "1 SOFTDRINKS 5", "7349944004", "8:39AM", "20181345"]
+    + ["53/1", "050/00", "00/15/14", "13/13/2016", "2018-13-01", "Thu 53/1"],
     "time": ["12.99", "12/30/2016", "TOTAL"],
     "money": ["2545", "1", "Subtotal146.00", "12/30/2016", "1.49 T", "33.99 -A", "5.00 S", "1.99 *", "2.00 #"],
     "phone": ["12.99", "$60.44", "Tel:"],
@@ -94,6 +98,15 @@ def test_the_likeliest_start_that_begins_a_value_of_the_type():
     assert typed_start("date", decode, ids, lines, p) == (3, 2, pytest.approx(0.25))  # " 12/30" "/2016"
     assert typed_start("phone", decode, ids, lines, p)[:2] == (1, 1)
     assert typed_start("time", decode, ids, lines, p) is None  # no start begins a time
+
+
+def test_a_date_start_must_name_a_day():
+    # "53/1 67 89" (a table's numbers) is likelier than the date, but no day is the 53rd
+    words = ["53/1", " 67", " 89", "JAN", " 24", "'13", " 12/30/2016"]
+    ids, lines = torch.arange(len(words)), torch.tensor([0, 0, 0, 1, 1, 1, 2])
+    p = torch.tensor([0.6, 0.05, 0.05, 0.2, 0.05, 0.0, 0.05])
+    found = typed_start("date", lambda toks: "".join(words[t] for t in toks), ids, lines, p)
+    assert found == (3, 3, pytest.approx(0.2))  # "JAN 24'13"
 
 
 def test_an_amount_stops_before_the_next_amounts_currency():

@@ -15,7 +15,8 @@ model was not trained with it): it constrains decoding, in the same pass.
   read one word too far: `1.49 T`), or answers `unknown`. That is AR's whole rule, as it has no
   ranked alternatives without decoding again; for PIP it catches what snapping made of a typed value.
 
-A value *is* of its type when the type's pattern matches all of it (spaces at its ends aside).
+A value *is* of its type when the type's pattern matches all of it (spaces at its ends aside),
+and a date's numbers name a day (`53/1`, `050/00` do not: `_on_the_calendar`).
 The patterns accept the ways receipts and invoices print these things across locales
 (`12/30/2016`, `30.12.16`, `2016-12-30`, `30 Dec 2016`, `15/APR/2017`, `20180428`, `Jul19'14`,
 `ThuAug09,2012`; `8:39AM`, `13:46`, `11:41A`; `$1,234.56`, `12,00 EUR`, `-5.00`; `(714)879-3574`,
@@ -61,6 +62,32 @@ VALUE_TYPES: dict[str, re.Pattern] = {
 TOP_STARTS = 8  # the copy head's likeliest starts a typed value is looked for in
 
 
+def _on_the_calendar(date: str) -> bool:
+    """Whether the date's numbers (`12/30/2016` in `Thu 12/30/2016`) name a day: a day 1-31 and a
+    month 1-12 in either order (`30/12/16`, `12/30/16`, `04/11`), or a four-digit year first and then
+    a month (`2013/05`, `2016-12-30`). `53/1`, `050/00` and `00/15/14` are numbers with slashes. A
+    date that names its month (`Jul19'14`) or is compact (`20180428`, which the pattern checks) has
+    no such numbers."""
+    numeric = re.search(r"(\d{1,4})[/.-](\d{1,2})(?:[/.-](\d{2,4}))?", date)
+    if numeric is None:
+        return True
+    first, second, third = numeric.groups()
+    a, b = int(first), int(second)
+    if len(first) == 4:  # year, month[, day]
+        return 1 <= b <= 12 and (third is None or 1 <= int(third) <= 31)
+    return len(first) <= 2 and ((1 <= a <= 31 and 1 <= b <= 12) or (1 <= a <= 12 and 1 <= b <= 31))
+
+
+def _match(kind: str, text: str, pos: int = 0, full: bool = False) -> re.Match | None:
+    """The type's pattern matched at `pos` (all of `text` with `full`), and for a date only one on the
+    calendar (`_on_the_calendar`)."""
+    pattern = VALUE_TYPES[kind]
+    found = pattern.fullmatch(text) if full else pattern.match(text, pos)
+    if found is not None and kind == "date" and not _on_the_calendar(found.group()):
+        return None
+    return found
+
+
 def check_type(name: str) -> str:
     """`name` if it is a known value type, else ValueError naming the known ones."""
     if name not in VALUE_TYPES:
@@ -70,7 +97,7 @@ def check_type(name: str) -> str:
 
 def is_typed(kind: str, value: str | None) -> bool:
     """True when all of `value` is a value of type `kind`."""
-    return value is not None and VALUE_TYPES[kind].fullmatch(value.strip()) is not None
+    return value is not None and _match(kind, value.strip(), full=True) is not None
 
 
 def amount_cents(value: str | None) -> int | None:
@@ -136,14 +163,13 @@ def typed_start(
         return None
     from pipkie.decoding.items import line_end  # torch-level code; this module is read by the schema
 
-    pattern = VALUE_TYPES[kind]
     for m in p_start.topk(min(TOP_STARTS, len(p_start))).indices.tolist():
         if p_start[m] <= 0:  # a start ruled out (a list's field off its item's line: `decoding.items`)
             break
         rest = stream_ids[m : line_end(lines, m)].tolist()
         text = decode(rest)
         lead = len(text) - len(text.lstrip())
-        found = pattern.match(text, lead)
+        found = _match(kind, text, lead)
         if found is None:
             continue
         n = next(j for j in range(1, len(rest) + 1) if len(decode(rest[:j])) >= found.end())
