@@ -109,6 +109,16 @@ def test_a_date_start_must_name_a_day():
     assert found == (3, 3, pytest.approx(0.2))  # "JAN 24'13"
 
 
+@pytest.mark.parametrize("head", ["1/2PriceHappyHour!!!", "1-01-0-01-007797"])  # glued to a word; a run of numbers
+def test_a_date_start_stands_apart_from_what_follows(head):
+    words = ["Detail#:", head, "Date", " 11/6/2011", "FRI 12/30/2016FRI"]
+    ids, lines = torch.arange(len(words)), torch.tensor([0, 0, 1, 1, 2])
+    p = torch.tensor([0.05, 0.65, 0.1, 0.15, 0.05])  # the copy head likes the line's second token best
+    decode = lambda toks: "".join(words[t] for t in toks)  # noqa: E731
+    assert typed_start("date", decode, ids, lines, p)[:2] == (3, 1)
+    assert typed_start("date", decode, ids[4:], lines[4:], p[4:])[:2] == (0, 1)  # a day name glued is the date's
+
+
 def test_an_amount_stops_before_the_next_amounts_currency():
     words = ["ROUNDING", " RM0.02", " RM", "14.20"]  # one line: the rounding, then the total
     ids, lines = torch.arange(len(words)), torch.zeros(len(words), dtype=torch.long)

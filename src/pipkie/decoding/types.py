@@ -79,11 +79,19 @@ def _on_the_calendar(date: str) -> bool:
 
 
 def _match(kind: str, text: str, pos: int = 0, full: bool = False) -> re.Match | None:
-    """The type's pattern matched at `pos` (all of `text` with `full`), and for a date only one on the
-    calendar (`_on_the_calendar`)."""
+    """The type's pattern matched at `pos` (all of `text` with `full`). A date must be on the calendar
+    (`_on_the_calendar`), and one of two numbers alone (`1/2`) must stand apart from what follows it: not
+    glued to a word (`1/2PriceHappyHour`, `07/14St`) nor the head of a longer run of numbers (`1-01` of
+    `1-01-0-01-007797`). A date with its year glued to a label (`21/05/2018TIME`) is still one."""
     pattern = VALUE_TYPES[kind]
     found = pattern.fullmatch(text) if full else pattern.match(text, pos)
-    if found is not None and kind == "date" and not _on_the_calendar(found.group()):
+    if found is None or kind != "date":
+        return found
+    date = found.group()
+    if not _on_the_calendar(date):
+        return None
+    after = text[found.end() : found.end() + 2]
+    if re.fullmatch(r"\d{1,4}[/.-]\d{1,2}", date) and (after[:1].isalpha() or re.match(r"[/.-]\d", after)):
         return None
     return found
 
