@@ -16,7 +16,8 @@ model was not trained with it): it constrains decoding, in the same pass.
   ranked alternatives without decoding again; for PIP it catches what snapping made of a typed value.
 
 A value *is* of its type when the type's pattern matches all of it (spaces at its ends aside),
-and a date's numbers name a day (`53/1`, `050/00` do not: `_on_the_calendar`).
+and it is not plainly something else (`_match`: a date's numbers name a day, `53/1` does not; a
+phone number is not an amount or a date with its year).
 The patterns accept the ways receipts and invoices print these things across locales
 (`12/30/2016`, `30.12.16`, `2016-12-30`, `30 Dec 2016`, `15/APR/2017`, `20180428`, `Jul19'14`,
 `ThuAug09,2012`; `8:39AM`, `13:46`, `11:41A`; `$1,234.56`, `12,00 EUR`, `-5.00`; `(714)879-3574`,
@@ -78,15 +79,31 @@ def _on_the_calendar(date: str) -> bool:
     return len(first) <= 2 and ((1 <= a <= 31 and 1 <= b <= 12) or (1 <= a <= 12 and 1 <= b <= 31))
 
 
+_AMOUNT = re.compile(r"[-+]?\d+[.,]\d{2}")  # `14000.00`
+_DATED = re.compile(r"(?:(?:19|20)\d{2}[/.-]\d{1,2}[/.-]\d{1,2}|\d{1,2}[/.-]\d{1,2}[/.-](?:19|20)\d{2})(?!\S)")
+
+
 def _match(kind: str, text: str, pos: int = 0, full: bool = False) -> re.Match | None:
-    """The type's pattern matched at `pos` (all of `text` with `full`). A date must be on the calendar
-    (`_on_the_calendar`), and one of two numbers alone (`1/2`) must stand apart from what follows it: not
-    glued to a word (`1/2PriceHappyHour`, `07/14St`) nor the head of a longer run of numbers (`1-01` of
-    `1-01-0-01-007797`). A date with its year glued to a label (`21/05/2018TIME`) is still one."""
+    """The type's pattern matched at `pos` (all of `text` with `full`), refused where the value is
+    something else. A date must be on the calendar (`_on_the_calendar`), and one of two numbers alone
+    (`1/2`) must stand apart from what follows it: not glued to a word (`1/2PriceHappyHour`,
+    `07/14St`) nor the head of a longer run of numbers (`1-01` of `1-01-0-01-007797`); a date with its
+    year glued to a label (`21/05/2018TIME`) is still one. A phone number is not an amount
+    (`14000.00`) nor a date with its year (`2018-03-31`, `22-11-2014 20`)."""
     pattern = VALUE_TYPES[kind]
     found = pattern.fullmatch(text) if full else pattern.match(text, pos)
-    if found is None or kind != "date":
-        return found
+    if found is None:
+        return None
+    value = found.group()
+    if kind == "phone" and (_AMOUNT.fullmatch(value) or _DATED.match(value)):
+        return None
+    if kind == "date":
+        after = text[found.end() : found.end() + 2]
+        if not _on_the_calendar(value):
+            return None
+        if re.fullmatch(r"\d{1,4}[/.-]\d{1,2}", value) and (after[:1].isalpha() or re.match(r"[/.-]\d", after)):
+            return None
+    return found
     date = found.group()
     if not _on_the_calendar(date):
         return None
