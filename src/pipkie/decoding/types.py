@@ -97,19 +97,12 @@ def _match(kind: str, text: str, pos: int = 0, full: bool = False) -> re.Match |
     value = found.group()
     if kind == "phone" and (_AMOUNT.fullmatch(value) or _DATED.match(value)):
         return None
-    if kind == "date":
+    if kind == "date" and not _on_the_calendar(value):
+        return None
+    if kind == "date" and re.fullmatch(r"\d{1,4}[/.-]\d{1,2}", value):
         after = text[found.end() : found.end() + 2]
-        if not _on_the_calendar(value):
+        if after[:1].isalpha() or re.match(r"[/.-]\d", after):
             return None
-        if re.fullmatch(r"\d{1,4}[/.-]\d{1,2}", value) and (after[:1].isalpha() or re.match(r"[/.-]\d", after)):
-            return None
-    return found
-    date = found.group()
-    if not _on_the_calendar(date):
-        return None
-    after = text[found.end() : found.end() + 2]
-    if re.fullmatch(r"\d{1,4}[/.-]\d{1,2}", date) and (after[:1].isalpha() or re.match(r"[/.-]\d", after)):
-        return None
     return found
 
 
