@@ -62,14 +62,13 @@ OCR_MIN_SCORE_HELP = "rapidocr: drop lines it scores under this, 0-1 (default 0.
 
 def ocr_options(ocr: str, min_score: float | None, hint: str = "--ocr-min-score") -> dict | None:
     """OCR engine options from the command line (`pipkie.io.ocr.set_engine_options`), or a usage
-    error: only rapidocr scores its lines (`RapidOCR.min_score`)."""
-    if min_score is None:
-        return None
-    if ocr != "rapidocr":
-        raise typer.BadParameter(f"only rapidocr takes a line-score threshold, not {ocr!r}", param_hint=hint)
-    if not 0 <= min_score <= 1:
-        raise typer.BadParameter(f"must lie in [0, 1], got {min_score}", param_hint=hint)
-    return {"min_score": min_score}
+    error (`pipkie.io.ocr.check_min_score`)."""
+    from pipkie.io.ocr import check_min_score
+
+    try:
+        return None if check_min_score(ocr, min_score) is None else {"min_score": min_score}
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint=hint) from None
 
 
 def quiet_transformers() -> None:

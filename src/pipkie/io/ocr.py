@@ -162,6 +162,18 @@ def _rect(points) -> tuple[float, float, float, float]:
     return (min(xs), min(ys), max(xs), max(ys))
 
 
+def check_min_score(engine: str, min_score: float | None) -> float | None:
+    """`min_score` if `engine` takes it, else ValueError: only rapidocr scores its lines, from 0 to 1
+    (`RapidOCR`). The one check behind the engine, the CLI options and the service's settings."""
+    if min_score is None:
+        return None
+    if engine != "rapidocr":
+        raise ValueError(f"only rapidocr takes a line-score threshold, not {engine!r}")
+    if not 0 <= min_score <= 1:
+        raise ValueError(f"min_score must lie in [0, 1], got {min_score}")
+    return min_score
+
+
 class RapidOCR:
     """rapidocr 3.x (PP-OCR det + cls + rec ONNX models from the wheel), word-level boxes."""
 
@@ -183,8 +195,7 @@ class RapidOCR:
             raise ValueError("threads must be >= 1")
         if det_limit_type not in (None, "min", "max"):
             raise ValueError("det_limit_type must be 'min' or 'max'")
-        if not 0 <= min_score <= 1:
-            raise ValueError(f"min_score must lie in [0, 1], got {min_score}")
+        check_min_score(self.name, min_score)
         self.threads, self.word_boxes, self.min_score = threads, word_boxes, min_score
         tuning = {
             "Global.max_side_len": max_side,
