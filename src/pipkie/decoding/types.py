@@ -63,13 +63,16 @@ VALUE_TYPES: dict[str, re.Pattern] = {
 TOP_STARTS = 8  # the copy head's likeliest starts a typed value is looked for in
 
 
+_NUMBERS = re.compile(r"(\d{1,4})[/.-](\d{1,2})(?:[/.-](\d{2,4}))?")  # a date's numbers: 12/30[/2016]
+
+
 def _on_the_calendar(date: str) -> bool:
     """Whether the date's numbers (`12/30/2016` in `Thu 12/30/2016`) name a day: a day 1-31 and a
     month 1-12 in either order (`30/12/16`, `12/30/16`, `04/11`), or a four-digit year first and then
     a month (`2013/05`, `2016-12-30`). `53/1`, `050/00` and `00/15/14` are numbers with slashes. A
     date that names its month (`Jul19'14`) or is compact (`20180428`, which the pattern checks) has
     no such numbers."""
-    numeric = re.search(r"(\d{1,4})[/.-](\d{1,2})(?:[/.-](\d{2,4}))?", date)
+    numeric = _NUMBERS.search(date)
     if numeric is None:
         return True
     first, second, third = numeric.groups()
@@ -99,7 +102,8 @@ def _match(kind: str, text: str, pos: int = 0, full: bool = False) -> re.Match |
         return None
     if kind == "date" and not _on_the_calendar(value):
         return None
-    if kind == "date" and re.fullmatch(r"\d{1,4}[/.-]\d{1,2}", value):
+    two = _NUMBERS.fullmatch(value) if kind == "date" else None
+    if two and two.group(3) is None:
         after = text[found.end() : found.end() + 2]
         if after[:1].isalpha() or re.match(r"[/.-]\d", after):
             return None
