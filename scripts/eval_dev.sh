@@ -9,6 +9,9 @@
 # time:time, subtotal:money, tax:money; wr-items-typed / gen-items-typed: price:money; `pipkie.decoding.types`);
 # wr-items-priced / gen-items-priced: the typed price required (`price:money!`: an item without one is
 # left out, `Group.required`). Default: the first five.
+# Since session 34 a key written plainly takes the type its name implies (`decoding.types.implied_type`:
+# date, time, total, subtotal, tax, tel, price), so wr-sroie reads as wr-sroie-typed did, wr-open as
+# wr-open-typed, wr-items as wr-items-typed; TEXT=1 writes every key `:text` (untyped, as before).
 # Outputs: results/dev/<suite>-<decode>-$TAG.json (+ .predictions.jsonl, resumed only under the
 # same settings) and a reliability diagram for the WildReceipt suites.
 # Precision: the default's (`--compute auto`: bfloat16 where the CPU runs it natively, else float32);
@@ -28,6 +31,14 @@ export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 mkdir -p results/dev
 ev() {
   local suite=$1; shift
+  if [ -n "${TEXT:-}" ]; then  # every key written plainly made `:text` (untyped); typed keys as written
+    local args=() prev=
+    for a in "$@"; do
+      [ "$prev" = --keys ] && [[ "$a" != *:* ]] && a=$(sed -E 's/([^][,]+)([],]|$)/\1:text\2/g' <<<"$a")
+      args+=("$a"); prev=$a
+    done
+    set -- "${args[@]}"
+  fi
   .venv/bin/pipkie evaluate --model "$MODEL" --decode "$DECODE" --threads "$THREADS" --batch-size "$BATCH" \
     --json "results/dev/$suite-$DECODE-$TAG.json" "$@"
 }
@@ -46,7 +57,7 @@ for suite in $SUITES; do
                  --ocr rapidocr --ocr-cache "$OCR_CACHE" ;;
     wr-open-typed) ev "$suite" --dataset wildreceipt --data-dir "$WR" --split dev \
                  --keys tel:phone,time:time,subtotal:money,tax:money ;;
-    sroie-dev) ev "$suite" --dataset sroie --data-dir ../shared/data/sroie --split dev ;;
+    sroie-dev) ev "$suite" --dataset sroie --data-dir ../shared/data/sroie --split dev --keys company,date,address,total ;;
     sroie-dev-typed) ev "$suite" --dataset sroie --data-dir ../shared/data/sroie --split dev \
                  --keys company,date:date,address,total:money ;;
     wr-items)  ev "$suite" --dataset wildreceipt --data-dir "$WR" --split dev --keys "items[name,quantity,price]" ;;

@@ -222,7 +222,8 @@ def test_tiny_model_learns_to_copy_values_it_never_saw(tokenizer, tmp_path):
     train(cfg, model, make_batch, save=lambda p: None, pattern="prefix_causal")
     rng = random.Random(10_000)
     docs = [make_doc(rng) for _ in range(20)]
-    preds = pip_decode(model.eval(), b, [t for t, _ in docs], [KeySchema.parse(",".join(keys))] * len(docs))
+    schema = KeySchema.parse(",".join(f"{k}:text" for k in keys))  # random values, of no type
+    preds = pip_decode(model.eval(), b, [t for t, _ in docs], [schema] * len(docs))
     acc = sum(p[k].value == v[k] for (_, v), p in zip(docs, preds) for k in keys) / (3 * len(docs))
     print(f"copy-head field accuracy on unseen values: {acc:.3f}")
     assert acc >= 0.95  # 1.000 measured (60 fields)

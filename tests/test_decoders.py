@@ -53,15 +53,15 @@ def test_a_registered_decoder_is_accepted_everywhere(registered, tiny_extractor)
     from pipkie.serve.parsing import parse_decode
 
     text = "ACME TRADING\nTotal 9.90"
-    plain = tiny_extractor.extract(None, "company,total", text=text)
-    loud = tiny_extractor.extract(None, "company,total", decode="pip-shout", text=text)
+    plain = tiny_extractor.extract(None, "company,total:text", text=text)
+    loud = tiny_extractor.extract(None, "company,total:text", decode="pip-shout", text=text)
     assert loud.decode == "pip-shout"
     assert loud.values() == {k: f"!{v or ''}" for k, v in plain.values().items()}
     preds = decode_batch(
         tiny_extractor.model,
         tiny_extractor.builder,
         [text],
-        KeySchema.parse("company,total"),
+        KeySchema.parse("company,total:text"),
         "pip-shout",
         pattern=tiny_extractor.settings.pattern,
     )

@@ -355,7 +355,7 @@ def test_ar_decodes_run_the_ar_baseline(tiny_extractor, tiny_model_dir):
     assert Settings.load(tiny_model_dir).ar_baseline == AR_BASELINE
     ar, tok, settings = load_model((tiny_model_dir / AR_BASELINE).resolve())
     assert settings.objective == "ar"
-    text, ks = "Date 12/03/2019\nTotal 9.90", KeySchema.parse("total,date")
+    text, ks = "Date 12/03/2019\nTotal 9.90", KeySchema.parse("total:text,date:text")
     for decode, mode in (("ar-free", "free"), ("ar-forced", "forced")):
         want = ar_decode(ar, builder_for(tok, settings), [text], [ks], mode=mode)[0]
         got = tiny_extractor.extract(None, ks, decode=decode, text=text)
@@ -475,7 +475,7 @@ def test_a_value_that_fills_its_budget_is_flagged(tiny_model_dir):
     for decode in ("pip", "ar-forced"):
         model, _ = ex.decoder(decode)
         model.set_output_embeddings(_Forced(model.get_output_embeddings(), nine))
-        r = ex.extract(None, "total,date", decode=decode, text="Total 9.90")
+        r = ex.extract(None, "total:text,date:text", decode=decode, text="Total 9.90")
         assert {k: (f.value, f.truncated) for k, f in r.fields.items()} == {
             "total": ("9" * BUDGETS["total"], True),
             "date": ("9" * BUDGETS["date"], True),

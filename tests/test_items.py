@@ -392,9 +392,9 @@ def test_items_without_a_required_field_are_left_out_for_every_decoder(tokenizer
     text = "berry 3/1 *\nTOTAL\ncedar two\nember 12.40\ntotal 15.40"
     (pred,) = get_decoder("pip")(None, b, [text], [KeySchema.parse("items[name,price:money!]")])
     assert pred["items"].value == [{"name": "ember", "price": "12.40"}]  # `3/1 *` and `two` are no amounts
-    (pred,) = get_decoder("pip")(None, b, [text], [KeySchema.parse("items[name,price!]")])
+    (pred,) = get_decoder("pip")(None, b, [text], [KeySchema.parse("items[name,price:text!]")])
     assert [it["name"] for it in pred["items"].value] == ["berry", "cedar", "ember"]
-    (pred,) = get_decoder("pip")(None, b, [text], [KeySchema.parse("items[name,price]")])
+    (pred,) = get_decoder("pip")(None, b, [text], [KeySchema.parse("items[name,price:text]")])
     assert len(pred["items"].value) == 4
 
 

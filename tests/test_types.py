@@ -7,8 +7,8 @@ import pytest
 import torch
 from pydantic import BaseModel
 
-from pipkie.decoding.types import is_typed, reject, typed_start
-from pipkie.schema import KeySchema, SchemaError
+from pipkie.decoding.types import implied_type, is_typed, reject, typed_start
+from pipkie.schema import Key, KeySchema, SchemaError
 from tests.test_extract import tiny_copy_extractor, tiny_extractor, tiny_model_dir  # noqa: F401
 
 OF_TYPE = {
@@ -69,7 +69,7 @@ def test_a_value_read_a_word_too_far_keeps_its_typed_beginning():
 
 
 def test_a_schema_says_the_type():
-    ks = KeySchema.parse("company, date:date, total : money, items[name,price]")
+    ks = KeySchema.parse("company, date:date, total : money, items[name,price:text]")
     assert [k.type for k in ks] == [None, "date", "money"] and ks.names == ["company", "date", "total"]
     js = {
         "type": "object",
@@ -80,10 +80,44 @@ def test_a_schema_says_the_type():
     class Receipt(BaseModel):
         date: datetime.date
         total: str
+        note: str
 
-    assert [k.type for k in KeySchema.parse(Receipt)] == ["date", None]
-    with pytest.raises(SchemaError, match="unknown value type 'dat'.*date, time, money, phone"):
+    assert [k.type for k in KeySchema.parse(Receipt)] == ["date", "money", None]  # total: as its name says
+    with pytest.raises(SchemaError, match="unknown value type 'dat'.*date, time, money, phone, or text"):
         KeySchema.parse("date:dat")
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        *[(n, "date") for n in ("date", "due_date", "DueDate", "invoice-date", "Date of issue")],
+        *[(n, "time") for n in ("time", "checkout_time")],
+        *[(n, "money") for n in ("total", "Sub-Total", "taxAmount", "tips", "total amount paid", "price")],
+        *[(n, "phone") for n in ("tel", "phone_number", "Tel No", "fax")],
+        # about something else than the value: untyped
+        *[(n, None) for n in ("company", "address", "tax_rate", "invoice_no", "VATNumber", "card last digits")],
+        *[(n, None) for n in ("payment_method", "cashier", "date_time", "total_items", "store_name")],
+    ],
+)
+def test_a_keys_name_implies_its_type(name, kind):
+    assert implied_type(name) == kind
+
+
+def test_keys_written_plainly_take_the_type_their_name_says():
+    ks = KeySchema.parse("company,date,address,total,items[name,quantity,price]")
+    assert [k.type for k in ks] == [None, "date", None, "money"]
+    assert [f.type for f in ks.groups[0].fields] == [None, None, "money"]
+    assert [k.type for k in KeySchema.parse("date:text,total:time")] == [None, "time"]  # what is said stands
+    js = {
+        "type": "object",
+        "properties": {
+            "total": {"type": "string", "x-type": "text"},  # untyped, as said
+            "created_date": {"type": "string", "format": "date-time"},  # a format we do not check: unchecked
+            "tel": {"type": "string"},  # as its name says
+        },
+    }
+    assert [k.type for k in KeySchema.parse(js)] == [None, None, "phone"]
+    assert KeySchema.parse([Key("total")]).keys[0].type is None  # a Key built in Python keeps its type
 
 
 def test_the_likeliest_start_that_begins_a_value_of_the_type():
@@ -131,7 +165,7 @@ def test_typed_keys_answer_a_value_of_their_type_or_unknown(tiny_copy_extractor,
     """Random tiny models answer anything; with a type, only values of that type (or unknown)."""
     ex = tiny_copy_extractor if decode == "pip" else tiny_extractor
     text = "GOLDEN CAFE\nTel 206-441-9785\nDate 12/30/2016 FRI 8:39AM\nTOTAL $60.44"
-    plain = ex.extract(None, "date,time,total,tel", decode=decode, text=text).values()
+    plain = ex.extract(None, "date:text,time:text,total:text,tel:text", decode=decode, text=text).values()
     typed = ex.extract(None, "date:date,time:time,total:money,tel:phone", decode=decode, text=text).values()
     kinds = {"date": "date", "time": "time", "total": "money", "tel": "phone"}
     assert any(v is not None and not is_typed(kinds[k], v) for k, v in plain.items())  # the check can fail
@@ -177,7 +211,7 @@ def test_a_lists_typed_field_answers_its_type_or_unknown(tiny_copy_extractor, ti
     list keeps its items (an unknown price does not end it)."""
     ex = tiny_copy_extractor if decode == "pip" else tiny_extractor
     text = "GOLDEN CAFE\n2 COFFEE 4.50 T\n1 BAGEL 2.25\n1 JUICE LARGE 3.10\nTOTAL $9.85"
-    plain = ex.extract(None, "items[name,price]", decode=decode, text=text).fields["items"]
+    plain = ex.extract(None, "items[name,price:text]", decode=decode, text=text).fields["items"]
     typed = ex.extract(None, "items[name,price:money]", decode=decode, text=text).fields["items"]
     prices = [it["price"].value for it in plain]
     assert any(v is not None and not is_typed("money", v) for v in prices)  # the check can fail

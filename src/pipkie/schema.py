@@ -23,6 +23,9 @@ out of the list (`pipkie.model.groups.keep_complete`).
 A key, flat or an item's field, may have a value type (`Key.type`: date, time, money, phone;
 `"date:date"` or `"items[name,price:money]"` in the shorthand, JSON schema's `"format": "date"` or
 `"x-type": "money"`): decoding then answers a value of that type or `unknown` (`pipkie.decoding.types`).
+A key read from a name or a JSON schema without a type takes the one its name plainly says
+(`implied_type`: `date`, `total`, `tel`, `due_date`, `items[...,price]`); `date:text` (`"x-type":
+"text"`) keeps it untyped. A `Key` built in Python keeps exactly the type it is given.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipkie.decoding.types import VALUE_TYPES, check_type
+from pipkie.decoding.types import NO_TYPE, VALUE_TYPES, check_type, implied_type
 
 MAX_KEYS = 64
 MAX_KEY_CHARS = 64
@@ -302,8 +305,11 @@ def _string_key(name: str, p: dict, root: dict, inside: str | None = None) -> Ke
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise SchemaError(f"{where}: {what} must be an integer, got {v!r}")
     # a value type: `x-type` (ours: an unknown one is an error), or a `format` that is one (others,
-    # such as "email", are not checked, as JSON schema leaves unknown formats to the reader)
-    kind = p["x-type"] if "x-type" in p else (p.get("format") if p.get("format") in VALUE_TYPES else None)
+    # such as "email" or "date-time", are not checked, as JSON schema leaves unknown formats to the
+    # reader, nor overridden by the key's name); else the one the name implies
+    fmt = p.get("format")
+    kind = p["x-type"] if "x-type" in p else (fmt if fmt in VALUE_TYPES or fmt is None else NO_TYPE)
+    kind = _key_type(name, kind)
     return Key(name, p.get("description"), budget, None if budget is not None else chars, kind)
 
 
@@ -341,8 +347,14 @@ def parse_group(spec: str) -> Group:
 
 
 def named_key(spec: str) -> Key:
-    """ "total" -> Key("total"); "date:date" -> a typed key (`Key.type`), flat or an item's field."""
-    if ":" in spec:
-        name, _, kind = spec.rpartition(":")
-        return Key(name, type=kind.strip())
-    return Key(spec)
+    """ "date:date" -> a typed key (`Key.type`), flat or an item's field; "total" -> typed as its
+    name says (`implied_type`: money), "company" -> untyped; "date:text" -> untyped, whatever its name."""
+    name, colon, kind = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    return Key(name, type=_key_type(name, kind.strip() if colon else None))
+
+
+def _key_type(name: str, given: str | None) -> str | None:
+    """The type a key is given (`text`: none), else the one its name implies."""
+    if given is None:
+        return implied_type(name)
+    return None if given == NO_TYPE else given

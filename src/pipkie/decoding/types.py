@@ -113,8 +113,40 @@ def _match(kind: str, text: str, pos: int = 0, full: bool = False) -> re.Match |
 def check_type(name: str) -> str:
     """`name` if it is a known value type, else ValueError naming the known ones."""
     if name not in VALUE_TYPES:
-        raise ValueError(f"unknown value type {name!r} (known: {', '.join(VALUE_TYPES)})")
+        raise ValueError(f"unknown value type {name!r} (known: {', '.join(VALUE_TYPES)}, or {NO_TYPE})")
     return name
+
+
+# A key's name that plainly says its kind implies its type (results/prereg-implied-types.md): the
+# default keys and keys a user writes plainly (`date`, `total`, `phone_number`) answer a value of
+# their kind, as if typed. `date:text` keeps a key untyped; a `Key` built in Python keeps its type.
+NO_TYPE = "text"
+_PHONE_WORDS = {"tel", "phone", "telephone", "fax", "mobile"}
+_OTHER_WORDS = {  # the key is about something other than the value itself: `tax rate`, `invoice number`
+    *("id", "no", "nr", "num", "number", "code", "ref", "reference", "rate", "percent", "pct", "count"),
+    *("qty", "quantity", "items", "name", "type", "method", "mode", "currency", "zone", "status"),
+    *("digits", "label", "description", "weight", "points"),
+}
+_MONEY_WORDS = {
+    *("total", "subtotal", "tax", "taxes", "tip", "tips", "gratuity", "amount", "price", "discount"),
+    *("vat", "gst", "hst", "balance", "change", "cash", "fee", "fees", "cost", "charge", "deposit"),
+    *("rounding", "surcharge", "paid"),
+}
+_NAME_WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")  # snake, kebab, camelCase, spaces
+
+
+def implied_type(name: str) -> str | None:
+    """The value type a key's name plainly says (`date`, `due_date`: date; `time`; `total`,
+    `taxAmount`, `items.price`: money; `tel`, `phone number`: phone), else None (`company`,
+    `tax_rate`, `invoice_no`, `date_time`)."""
+    words = {w.lower() for w in _NAME_WORDS.findall(name)}
+    if words & _PHONE_WORDS:
+        return "phone"
+    if words & _OTHER_WORDS:
+        return None
+    if "date" in words or "time" in words:
+        return None if {"date", "time"} <= words else ("date" if "date" in words else "time")
+    return "money" if words & _MONEY_WORDS else None
 
 
 def is_typed(kind: str, value: str | None) -> bool:
