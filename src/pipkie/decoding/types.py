@@ -2,8 +2,9 @@
 
 A key (flat, or a list's field: `items[name,price:money]`) may say what kind of value it wants
 (`Key.type`: `date:date` in the shorthand, JSON schema's `"format": "date"`, pydantic's
-`datetime.date`). The type is not written into the template (the
-model was not trained with it): it constrains decoding, in the same pass.
+`datetime.date`), and a key written without one takes the type its name plainly says
+(`implied_type`: `date`, `total`, `tel`; `date:text` keeps it untyped). The type is not written into
+the template (the model was not trained with it): it constrains decoding, in the same pass.
 
 - PIP (`typed_start`): when the decoded value is not of its type, the copy head's start
   distribution already ranks the document's other places; the value becomes the first of its
@@ -137,8 +138,8 @@ _NAME_WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")  # sna
 
 def implied_type(name: str) -> str | None:
     """The value type a key's name plainly says (`date`, `due_date`: date; `time`; `total`,
-    `taxAmount`, `items.price`: money; `tel`, `phone number`: phone), else None (`company`,
-    `tax_rate`, `invoice_no`, `date_time`)."""
+    `taxAmount`, an item's `price`: money; `tel`, `phone number`: phone), else None (`company`,
+    `tax_rate`, `invoice_no`, `total_items`, `date_time`)."""
     words = {w.lower() for w in _NAME_WORDS.findall(name)}
     if words & _PHONE_WORDS:
         return "phone"
