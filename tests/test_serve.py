@@ -82,6 +82,23 @@ def test_health_and_docs(client, tiny_extractor):
     assert set(paths["/extract"]["post"]["requestBody"]["content"]) == {"multipart/form-data", "application/json"}
 
 
+def test_the_documented_key_patterns_admit_what_the_service_takes(client):
+    """/openapi.json's patterns for `keys` (a list, or one comma-separated string) admit typed keys,
+    `:text` and lists, and refuse what the service refuses (an unknown type, an open bracket)."""
+    import re
+
+    content = client.get("/openapi.json").json()["paths"]["/extract"]["post"]["requestBody"]["content"]
+    body = content["application/json"]["schema"]["properties"]["keys"]
+    one, many = body["anyOf"][0]["items"]["pattern"], body["anyOf"][1]["pattern"]
+    assert content["multipart/form-data"]["schema"]["properties"]["keys"]["pattern"] == many
+    for k in ("total", "date:date", "note : text", "store name", "items[name, price:money!]"):
+        assert re.match(one, k) and re.match(many, k), k
+    assert re.match(many, "company,date:date, items[name,price:money!]")
+    for bad in ("date:when", "items[name", ""):
+        assert not re.match(one, bad) and not re.match(many, bad), bad
+        assert client.post("/extract", json={"text": "Total 9.90", "keys": bad or ","}).status_code == 422
+
+
 def test_multipart_real_receipt_image(client, receipt_doc):  # receipt_doc: the OCR engine is warm
     with open(SAMPLE, "rb") as f:
         res = client.post(

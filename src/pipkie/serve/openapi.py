@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pipkie.decoding import DECODERS
+from pipkie.decoding.types import NO_TYPE, VALUE_TYPES
 from pipkie.serve.parsing import MAX_REFINE_STEPS
 
 
@@ -57,7 +58,14 @@ class HealthOut(BaseModel):
     batching: dict[str, Any]
 
 
-_KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]{0,63}$"
+# a key as the shorthand writes it (`pipkie.schema`): `total`, `date:date`, `note:text`, or a list
+# `items[name,price:money!]`; a key written without a type takes the one its name implies
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\- ]{0,63}"
+_TYPE = rf"(?: *: *(?:{'|'.join([*VALUE_TYPES, NO_TYPE])}))?"
+_FIELD = rf" *{_NAME}{_TYPE}!? *"
+_ONE = rf" *(?:{_NAME}{_TYPE}|{_NAME}\[{_FIELD}(?:,{_FIELD})*\]) *"
+_KEY = rf"^{_ONE}$"
+_KEY_LIST = rf"^{_ONE}(?:,{_ONE})*$"
 _WORD = {
     "type": "object",
     "required": ["text", "box"],
@@ -74,7 +82,9 @@ _WORD = {
     },
 }
 _KEYS = {
-    "description": 'keys to extract: a list or "a,b,c" (default: the model\'s keys; at most max_keys)',
+    "description": 'keys to extract: a list or "a,b,c" (default: the model\'s keys; at most max_keys); '
+    "`name:type` asks for a date, time, money or phone value (`text`: any), a key written without one "
+    "takes the type its name implies (`date`, `total`, `tel`); `items[name,price:money!]` is a list",
     "anyOf": [
         {
             "type": "array",
@@ -83,7 +93,7 @@ _KEYS = {
             "maxItems": 64,
             "uniqueItems": True,
         },
-        {"type": "string", "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]*(,[A-Za-z0-9_][A-Za-z0-9_.\- ]*)*$"},
+        {"type": "string", "pattern": _KEY_LIST},
     ],
 }
 _SCHEMA = {
