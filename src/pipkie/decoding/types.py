@@ -43,6 +43,8 @@ _COMPACT_DATE = r"(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])(?!\d)" 
 _DAY_MONTH = rf"\d{{1,2}}(?:st|nd|rd|th)?[\s./-]*{_MONTH}(?:[\s./,-]*'?\d{{2,4}})?(?!\d)"  # 15/APR/2017
 _MONTH_DAY = rf"{_MONTH}[\s./-]*\d{{1,2}}(?:st|nd|rd|th)?(?:[\s./,-]*'?\d{{2,4}})?(?!\d)"
 _AMPM = r"\s*:?[ap]\.?(?:m\.?)?"  # 8:39AM, 11:41A, 05:10:PM
+_WHOLE_BEFORE = r"[¥￥₩₫]|Rp\.?|IDR|JPY|KRW|VND|NT\$"  # currencies printed without cents, before the amount
+_WHOLE_AFTER = r"[円원₫]|JPY|KRW|VND|IDR"  # …and after it
 
 VALUE_TYPES: dict[str, re.Pattern] = {
     "date": re.compile(
@@ -55,9 +57,11 @@ VALUE_TYPES: dict[str, re.Pattern] = {
     # lone letter printed apart from the amount is a tax flag, not a currency (`1.49 T`, `33.99 -A`:
     # the amount is 1.49; glued, `55.00S`, it is part of the printed word and kept), and so is a
     # lone `*` or `#` printed apart (`1.99 *`)
+    # …or a whole amount in a currency printed without cents (`¥850`, `850円`, `Rp 25000`, `NT$120`)
     "money": re.compile(
         r"[-(]?(?:[^\d\s]{1,4}\s?)?-?(?:\d{1,3}(?:[,.\s']\d{3})+(?:[.,]\d{1,2})?|\d+[.,]\d{1,2})(?!\d)"
         r"(?:(?:\s(?![-*]?[A-Za-z](?!\S)|[*#]+(?!\S)))?[^\d\s]{1,4}(?!\S))?-?\)?"
+        rf"|-?(?:{_WHOLE_BEFORE})\s?\d+(?![\d.,]?\d)|\d+\s?(?:{_WHOLE_AFTER})(?!\S)"
     ),
     "phone": re.compile(r"\+?\(?\d[\d\s().-]{5,}\d"),
 }
