@@ -36,7 +36,20 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the schema reads the type names; torch is not imported for that
     import torch
 
-_MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
+# a month's name as receipts print it: English, German, French, Spanish, Italian, Dutch, Portuguese,
+# Indonesian/Malay abbreviations and names, a whole word (`Market 12` is no date) or glued to digits
+# (`Jul19'14`); abbreviations that are common words or labels on receipts (`out`, `set`, `gen`) left out
+_MONTH_NAMES = (
+    "jan january feb february mar march apr april may jun june jul july aug august sep sept september "
+    "oct october nov november dec december januar februar märz maerz mär mai juni juli okt oktober dez "
+    "dezember janv janvier févr février fevr fevrier mars avr avril juin juil juillet août aout "
+    "septembre octobre novembre déc décembre decembre ene enero febrero marzo abr abril mayo junio "
+    "julio ago agosto septiembre setiembre octubre noviembre dic diciembre gennaio febbraio aprile "
+    "mag maggio giu giugno lug luglio settembre ott ottobre dicembre januari februari maart mrt mei "
+    "augustus fev fevereiro março marco maio junho julho setembro outubro novembro dezembro maret "
+    "agu agt agustus desember ogos disember"
+).split()
+_MONTH = rf"(?:{'|'.join(sorted(set(_MONTH_NAMES), key=len, reverse=True))})\.?(?![^\W\d_])"
 _DAY_NAME = r"(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?"
 _NUMERIC_DATE = r"(?:\d{1,4}[/-]\d{1,2}(?:[/-]\d{2,4})?|\d{1,2}\.\d{1,2}\.\d{2,4}|\d{4}\.\d{1,2}\.\d{1,2})(?!\d)"
 _COMPACT_DATE = r"(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])(?!\d)"  # 20180428: a year first
