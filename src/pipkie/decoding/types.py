@@ -21,10 +21,11 @@ and it is not plainly something else (`_match`: a date's numbers name a day, `53
 phone number is not an amount or a date with its year).
 The patterns accept the ways receipts and invoices print these things across locales
 (`12/30/2016`, `30.12.16`, `2016-12-30`, `30 Dec 2016`, `15/APR/2017`, `20180428`, `Jul19'14`,
-`ThuAug09,2012`; `8:39AM`, `13:46`, `11:41A`; `$1,234.56`, `12,00 EUR`, `-5.00`; `(714)879-3574`,
-`+60 3-1234 5678`); a value that glues other text to its type's (`Subtotal146.00`) is not one, and
-a currency after an amount is a whole word (`RM0.02` of `RM0.02 RM14.20`). Chosen on WildReceipt
-dev and SROIE dev (docs/RESULTS.md "Typed keys").
+`ThuAug09,2012`, `12 déc. 2019`, `2019年12月30日`; `8:39AM`, `13:46`, `11:41A`, `14時30分`;
+`$1,234.56`, `12,00 EUR`, `-5.00`, `¥850`; `(714)879-3574`, `+60 3-1234 5678`); a value that
+glues other text to its type's (`Subtotal146.00`) is not one, and a currency after an amount is a
+whole word (`RM0.02` of `RM0.02 RM14.20`). Chosen on WildReceipt dev and SROIE dev (docs/RESULTS.md
+"Typed keys"; the other languages' forms in "Month names").
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ _MONTH = rf"(?:{'|'.join(sorted(set(_MONTH_NAMES), key=len, reverse=True))})\.?(
 _DAY_NAME = r"(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?"
 _NUMERIC_DATE = r"(?:\d{1,4}[/-]\d{1,2}(?:[/-]\d{2,4})?|\d{1,2}\.\d{1,2}\.\d{2,4}|\d{4}\.\d{1,2}\.\d{1,2})(?!\d)"
 _COMPACT_DATE = r"(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])(?!\d)"  # 20180428: a year first
+_CJK_DATE = r"\d{2,4}\s?[年년]\s?\d{1,2}\s?[月월]\s?\d{1,2}\s?[日일]?(?!\d)"  # 2019年12月30日, 2019년 12월 30일
 _DAY_MONTH = rf"\d{{1,2}}(?:st|nd|rd|th)?[\s./-]*{_MONTH}(?:[\s./,-]*'?\d{{2,4}})?(?!\d)"  # 15/APR/2017
 _MONTH_DAY = rf"{_MONTH}[\s./-]*\d{{1,2}}(?:st|nd|rd|th)?(?:[\s./,-]*'?\d{{2,4}})?(?!\d)"
 _AMPM = r"\s*:?[ap]\.?(?:m\.?)?"  # 8:39AM, 11:41A, 05:10:PM
@@ -61,10 +63,15 @@ _WHOLE_AFTER = r"[円원₫]|JPY|KRW|VND|IDR"  # …and after it
 
 VALUE_TYPES: dict[str, re.Pattern] = {
     "date": re.compile(
-        rf"(?:{_DAY_NAME},?\s*)?(?:{_COMPACT_DATE}|{_NUMERIC_DATE}|{_DAY_MONTH}|{_MONTH_DAY})(?:{_DAY_NAME})?", re.I
+        rf"(?:{_DAY_NAME},?\s*)?(?:{_COMPACT_DATE}|{_CJK_DATE}|{_NUMERIC_DATE}|{_DAY_MONTH}|{_MONTH_DAY})(?:{_DAY_NAME})?",
+        re.I,
     ),
-    # 12:30, 12:30:05, 13h46, 8.39 pm (a dot only with am/pm: 12.99 is a price)
-    "time": re.compile(rf"\d{{1,2}}(?:[:h]\d{{2}}(?::\d{{2}})?(?:{_AMPM})?|\.\d{{2}}\s*[ap]\.?m\.?)(?!\d)", re.I),
+    # 12:30, 12:30:05, 13h46, 8.39 pm (a dot only with am/pm: 12.99 is a price), 14時30分, 14시 30분
+    "time": re.compile(
+        rf"\d{{1,2}}(?:[:h]\d{{2}}(?::\d{{2}})?(?:{_AMPM})?|\.\d{{2}}\s*[ap]\.?m\.?)(?!\d)"
+        r"|\d{1,2}\s?[時시]\s?\d{1,2}\s?[分분]?(?!\d)",
+        re.I,
+    ),
     # an amount with cents or thousands groups, a currency before or after it, a sign or a trailing
     # minus; a currency after it is a whole word (`RM0.02 RM14.20` is RM0.02, not `RM0.02 RM`), and a
     # lone letter printed apart from the amount is a tax flag, not a currency (`1.49 T`, `33.99 -A`:
