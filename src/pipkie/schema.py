@@ -45,7 +45,8 @@ MAX_VALUE_TOKENS = 256
 MAX_VALUE_CHARS = 1024
 MAX_DESCRIPTION_CHARS = 200
 MAX_ITEMS = 128  # most items (groups) a list's template may have
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]*$")
+KEY_FIRST, KEY_REST = r"[A-Za-z0-9_]", r"[A-Za-z0-9_.\- ]"  # a key name's first character, the others
+_NAME = re.compile(rf"^{KEY_FIRST}{KEY_REST}*$")
 
 
 class SchemaError(ValueError):

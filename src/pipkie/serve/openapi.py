@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from pipkie.decoding import DECODERS
 from pipkie.decoding.types import NO_TYPE, VALUE_TYPES
+from pipkie.schema import KEY_FIRST, KEY_REST, MAX_KEY_CHARS
 from pipkie.serve.parsing import MAX_REFINE_STEPS
 
 
@@ -60,7 +61,7 @@ class HealthOut(BaseModel):
 
 # a key as the shorthand writes it (`pipkie.schema`): `total`, `date:date`, `note:text`, or a list
 # `items[name,price:money!]`; a key written without a type takes the one its name implies
-_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\- ]{0,63}"
+_NAME = rf"{KEY_FIRST}{KEY_REST}{{0,{MAX_KEY_CHARS - 1}}}"  # the schema's key names
 _TYPE = rf"(?: *: *(?:{'|'.join([*VALUE_TYPES, NO_TYPE])}))?"
 _FIELD = rf" *{_NAME}{_TYPE}!? *"
 _ONE = rf" *(?:{_NAME}{_TYPE}|{_NAME}\[{_FIELD}(?:,{_FIELD})*\]) *"
