@@ -21,9 +21,9 @@ OF_TYPE = {
         "ThuAug09,2012",
         "12/30/2016FRI",
         "04/11",
+        "1/12",
         "15/APR/2017",
         "20180428",
-        "1/2",
         "2013/05",
         *("12 déc. 2019", "3 Okt 2019", "12 Mei 2019", "5 dic 2019", "1 März 2019", "Sept. 5, 2016"),  # month names
         *("2019年12月30日", "2019년 12월 30일"),
@@ -49,10 +49,12 @@ NOT_OF_TYPE = {
     # numbers with slashes that name no day (`_on_the_calendar`)
     "date": ["206-441-9785", "12.99", "1 SOFTDRINKS 5", "7349944004", "8:39AM", "20181345"]
     + ["53/1", "050/00", "00/15/14", "13/13/2016", "2018-13-01", "Thu 53/1"]
-    + ["Market 12", "Junction 5", "Deck 3", "OUT 12"],  # a month's name is a whole word
+    + ["Market 12", "Junction 5", "Deck 3", "OUT 12"]  # a month's name is a whole word
+    + ["1/2", "3/4", "2-4"],  # two one-digit numbers: a fraction, a range
     "time": ["12.99", "12/30/2016", "TOTAL"],
     "money": ["2545", "1", "$5", "No.5", "¥8505 x", "Subtotal146.00", "12/30/2016"]
-    + ["1.49 T", "33.99 -A", "5.00 S", "1.99 *", "2.00 #"],
+    + ["1.49 T", "33.99 -A", "5.00 S", "1.99 *", "2.00 #"]
+    + ["7.75%", ":7.75%", "% 0.00", "@4.90%", "5.00 %"],  # `%` is never a currency: a rate
     "phone": ["12.99", "$60.44", "Tel:", "14000.00", "2018-03-31", "22-11-2014 20"],  # an amount, dates
 }
 
@@ -148,7 +150,8 @@ def test_a_date_start_must_name_a_day():
     assert found == (3, 3, pytest.approx(0.2))  # "JAN 24'13"
 
 
-@pytest.mark.parametrize("head", ["1/2PriceHappyHour!!!", "1-01-0-01-007797"])  # glued to a word; a run of numbers
+# glued to a word; a fraction apart from it; a run of numbers
+@pytest.mark.parametrize("head", ["1/2PriceHappyHour!!!", "1/2 Price Happy Hour!!!", "1-01-0-01-007797"])
 def test_a_date_start_stands_apart_from_what_follows(head):
     words = ["Detail#:", head, "Date", " 11/6/2011", "FRI 12/30/2016FRI"]
     ids, lines = torch.arange(len(words)), torch.tensor([0, 0, 1, 1, 2])
@@ -156,6 +159,15 @@ def test_a_date_start_stands_apart_from_what_follows(head):
     decode = lambda toks: "".join(words[t] for t in toks)  # noqa: E731
     assert typed_start("date", decode, ids, lines, p)[:2] == (3, 1)
     assert typed_start("date", decode, ids[4:], lines[4:], p[4:])[:2] == (0, 1)  # a day name glued is the date's
+
+
+def test_the_hour_after_a_day_is_not_its_year():
+    words = ["Jun", " 15", " 12", ":47", ":59", " 2011"]
+    ids, lines = torch.arange(len(words)), torch.zeros(len(words), dtype=torch.long)
+    p = torch.tensor([0.9, 0.02, 0.02, 0.02, 0.02, 0.02])
+    found = typed_start("date", lambda toks: "".join(words[t] for t in toks), ids, lines, p)
+    assert found[:2] == (0, 2)  # "Jun 15", not "Jun 15 12" of 12:47:59
+    assert reject("date", "Jun 15 12:47:59 2011") == "Jun 15" and is_typed("date", "Jun 15 2011")
 
 
 def test_an_amount_stops_before_the_next_amounts_currency():

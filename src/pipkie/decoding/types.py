@@ -55,8 +55,9 @@ _DAY_NAME = r"(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?"
 _NUMERIC_DATE = r"(?:\d{1,4}[/-]\d{1,2}(?:[/-]\d{2,4})?|\d{1,2}\.\d{1,2}\.\d{2,4}|\d{4}\.\d{1,2}\.\d{1,2})(?!\d)"
 _COMPACT_DATE = r"(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])(?!\d)"  # 20180428: a year first
 _CJK_DATE = r"\d{2,4}\s?[年년]\s?\d{1,2}\s?[月월]\s?\d{1,2}\s?[日일]?(?!\d)"  # 2019年12月30日, 2019년 12월 30일
-_DAY_MONTH = rf"\d{{1,2}}(?:st|nd|rd|th)?[\s./-]*{_MONTH}(?:[\s./,-]*'?\d{{2,4}})?(?!\d)"  # 15/APR/2017
-_MONTH_DAY = rf"{_MONTH}[\s./-]*\d{{1,2}}(?:st|nd|rd|th)?(?:[\s./,-]*'?\d{{2,4}})?(?!\d)"
+_YEAR = r"(?:(?!\s+\d{1,2}:\d)[\s./,-]*'?\d{2,4})"  # not the hour of a time: `Jun 15 12:47` is `Jun 15`
+_DAY_MONTH = rf"\d{{1,2}}(?:st|nd|rd|th)?[\s./-]*{_MONTH}{_YEAR}?(?!\d)"  # 15/APR/2017
+_MONTH_DAY = rf"{_MONTH}[\s./-]*\d{{1,2}}(?:st|nd|rd|th)?{_YEAR}?(?!\d)"
 _AMPM = r"\s*:?[ap]\.?(?:m\.?)?"  # 8:39AM, 11:41A, 05:10:PM
 _WHOLE_BEFORE = r"[¥￥₩₫]|Rp\.?|IDR|JPY|KRW|VND|NT\$"  # currencies printed without cents, before the amount
 _WHOLE_AFTER = r"[円원₫]|JPY|KRW|VND|IDR"  # …and after it
@@ -77,10 +78,11 @@ VALUE_TYPES: dict[str, re.Pattern] = {
     # lone letter printed apart from the amount is a tax flag, not a currency (`1.49 T`, `33.99 -A`:
     # the amount is 1.49; glued, `55.00S`, it is part of the printed word and kept), and so is a
     # lone `*` or `#` printed apart (`1.99 *`)
-    # …or a whole amount in a currency printed without cents (`¥850`, `850円`, `Rp 25000`, `NT$120`)
+    # …or a whole amount in a currency printed without cents (`¥850`, `850円`, `Rp 25000`, `NT$120`);
+    # `%` is never a currency: `7.75%`, `% 0.00` are rates
     "money": re.compile(
-        r"[-(]?(?:[^\d\s]{1,4}\s?)?-?(?:\d{1,3}(?:[,.\s']\d{3})+(?:[.,]\d{1,2})?|\d+[.,]\d{1,2})(?!\d)"
-        r"(?:(?:\s(?![-*]?[A-Za-z](?!\S)|[*#]+(?!\S)))?[^\d\s]{1,4}(?!\S))?-?\)?"
+        r"[-(]?(?:[^\d\s%]{1,4}\s?)?-?(?:\d{1,3}(?:[,.\s']\d{3})+(?:[.,]\d{1,2})?|\d+[.,]\d{1,2})(?!\d|\s?%)"
+        r"(?:(?:\s(?![-*]?[A-Za-z](?!\S)|[*#]+(?!\S)))?[^\d\s%]{1,4}(?!\S))?-?\)?"
         rf"|-?(?:{_WHOLE_BEFORE})\s?\d+(?![\d.,]?\d)|\d+\s?(?:{_WHOLE_AFTER})(?!\S)"
     ),
     "phone": re.compile(r"\+?\(?\d[\d\s().-]{5,}\d"),
@@ -113,11 +115,11 @@ _DATED = re.compile(r"(?:(?:19|20)\d{2}[/.-]\d{1,2}[/.-]\d{1,2}|\d{1,2}[/.-]\d{1
 
 def _match(kind: str, text: str, pos: int = 0, full: bool = False) -> re.Match | None:
     """The type's pattern matched at `pos` (all of `text` with `full`), refused where the value is
-    something else. A date must be on the calendar (`_on_the_calendar`), and one of two numbers alone
-    (`1/2`) must stand apart from what follows it: not glued to a word (`1/2PriceHappyHour`,
-    `07/14St`) nor the head of a longer run of numbers (`1-01` of `1-01-0-01-007797`); a date with its
-    year glued to a label (`21/05/2018TIME`) is still one. A phone number is not an amount
-    (`14000.00`) nor a date with its year (`2018-03-31`, `22-11-2014 20`)."""
+    something else. A date must be on the calendar (`_on_the_calendar`); one of two numbers alone is
+    not two one-digit numbers (`1/2`, `2-4`: a fraction, a range) and must stand apart from what
+    follows it: not glued to a word (`12/30St`) nor the head of a longer run of numbers (`1-01` of
+    `1-01-0-01-007797`); a date with its year glued to a label (`21/05/2018TIME`) is still one. A phone
+    number is not an amount (`14000.00`) nor a date with its year (`2018-03-31`, `22-11-2014 20`)."""
     pattern = VALUE_TYPES[kind]
     found = pattern.fullmatch(text) if full else pattern.match(text, pos)
     if found is None:
@@ -128,6 +130,8 @@ def _match(kind: str, text: str, pos: int = 0, full: bool = False) -> re.Match |
     if kind == "date" and not _on_the_calendar(value):
         return None
     two = _NUMBERS.fullmatch(value) if kind == "date" else None
+    if two and two.group(3) is None and len(two.group(1)) == len(two.group(2)) == 1:
+        return None  # `1/2`, `3/4`: a fraction
     if two and two.group(3) is None:
         after = text[found.end() : found.end() + 2]
         if after[:1].isalpha() or re.match(r"[/.-]\d", after):
