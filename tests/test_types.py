@@ -42,6 +42,8 @@ OF_TYPE = {
         "8.59-A",
         "5.00 €",
         *("¥850", "￥1280", "850円", "₩8500", "Rp 25000", "NT$120", "120 JPY"),  # currencies without cents
+        *("Eur 154,40", "GBP 5.33", "$ 52.15", "kn 290,00", "Rs. 120.00", "S$ 5.00", "5.00 usd"),  # apart
+        "p37.48",  # glued: part of the printed word
     ],
     "phone": ["(714)879-3574", "+60 3-1234 5678", "206-441-9785", "04.3388325", "01-23-45-67-89"],
 }
@@ -54,7 +56,8 @@ NOT_OF_TYPE = {
     "time": ["12.99", "12/30/2016", "TOTAL"],
     "money": ["2545", "1", "$5", "No.5", "¥8505 x", "Subtotal146.00", "12/30/2016"]
     + ["1.49 T", "33.99 -A", "5.00 S", "1.99 *", "2.00 #"]
-    + ["7.75%", ":7.75%", "% 0.00", "@4.90%", "5.00 %"],  # `%` is never a currency: a rate
+    + ["7.75%", ":7.75%", "% 0.00", "@4.90%", "5.00 %"]  # `%` is never a currency: a rate
+    + ["Paid 0.28", "OF 0.68", "ly: 0.00", "5.00 TAX", "8.00 SR", "3.99 CT"],  # a word apart is no currency
     "phone": ["12.99", "$60.44", "Tel:", "14000.00", "2018-03-31", "22-11-2014 20"],  # an amount, dates
 }
 
@@ -70,6 +73,7 @@ def test_what_a_type_accepts_and_refuses(kind):
 def test_a_value_read_a_word_too_far_keeps_its_typed_beginning():
     assert reject("money", "1.49 T") == "1.49" and reject("money", "33.99 -A") == "33.99"
     assert reject("money", "1.99 *") == "1.99" and reject("money", "5.00 €") == "5.00 €"  # a marker, a currency
+    assert reject("money", "20.41 CASH") == "20.41" and reject("money", "12,00 EUR") == "12,00 EUR"
     assert reject("money", "12,00 EUR") == "12,00 EUR"  # a currency is part of it
     assert reject("date", "30/12/2016 13:45") == "30/12/2016" and reject("time", " 13:46  Table 4 ") == "13:46"
     assert reject("money", "Subtotal146.00") is None and reject("money", "TOTAL 12.00") is None  # only a beginning
