@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pipkie.decoding.abstain import withhold  # (plain Python: no torch)
 from pipkie.decoding.disjoint import disjoint  # (plain Python too)
+from pipkie.decoding.labels import drop_labels  # (plain Python too)
 from pipkie.decoding.snap import snap_predictions  # (plain Python too)
 from pipkie.decoding.types import reject_untyped  # (plain Python too)
 
@@ -75,7 +76,9 @@ class Decoder(ABC):
         ended where that one starts (`pipkie.decoding.disjoint`), then a list's items without a
         required field left out (`pipkie.model.groups.keep_complete`), then the lines a list skipped
         between two of its items filled in by their neighbours' layout (`pipkie.decoding.gaps`), then
-        a value below its key's `abstain` threshold made unknown (`pipkie.decoding.abstain`: the
+        a value's trailing label (`Tel:`) dropped and a list's summary lines (`SUBTOTAL:`, decoded or
+        filled in) left out (`pipkie.decoding.labels`), then a value below its key's `abstain`
+        threshold made unknown (`pipkie.decoding.abstain`: the
         model's `Settings.abstention`), for every decoder alike."""
         from pipkie.decoding.gaps import fill_prediction
         from pipkie.model.groups import keep_complete, within_lines
@@ -89,7 +92,8 @@ class Decoder(ABC):
         preds = snap_predictions(preds, texts) if snap else preds
         preds = [reject_untyped(p, s) for p, s in zip(preds, schemas)]
         preds = [disjoint(p, t) for p, t in zip(preds, texts)] if snap else preds
-        return [withhold(fill_prediction(keep_complete(p, s), t), abstain) for p, s, t in zip(preds, schemas, texts)]
+        preds = [fill_prediction(keep_complete(p, s), t) for p, s, t in zip(preds, schemas, texts)]
+        return [withhold(drop_labels(p), abstain) for p in preds]
 
     def __repr__(self) -> str:
         return f"<Decoder {self.name}>"

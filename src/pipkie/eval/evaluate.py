@@ -38,6 +38,7 @@ from pipkie.decoding.abstain import thresholds
 from pipkie.decoding.disjoint import DISJOINT
 from pipkie.decoding.gaps import GAPS
 from pipkie.decoding.items import ITEM_RULES
+from pipkie.decoding.labels import LABELS
 from pipkie.decoding.snap import SNAP
 from pipkie.eval.abstention import withhold_rows
 from pipkie.eval.calibration import calibrated_pairs, calibration, calibration_pairs, reliability_diagram
@@ -200,7 +201,7 @@ def evaluate(
         data_dir=str(Path(data_dir).resolve()),
         limit=limit,
         key_map=key_map,
-        post=f"{SNAP}-{DISJOINT}",  # values snapped to document words, keys' values disjoint (older rows decoded again)
+        post=f"{SNAP}-{DISJOINT}-{LABELS}",  # snapped to words, disjoint, no trailing labels (older rows decoded again)
         **({"compute": compute} if compute != "float32" else {}),  # float32 runs resume as before
         **(
             {
