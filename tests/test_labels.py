@@ -10,7 +10,7 @@ def test_a_value_read_into_the_next_label_loses_it():
     assert without_label("12 Main St Tel:") == "12 Main St"
     assert without_label("12 Main St Tel: Fax:") == "12 Main St"
     assert without_label("Date:") is None and without_label("1:") is None  # a label alone: unknown
-    for kept in ("Tel: 0143263304", "12:30", "NO: 1-1&2 JLN 13/9", "ACME", "", None):  # a label first, a time
+    for kept in ("Tel: 0143263304", "12:30", "NO: 1-1&2 JLN 13/9", "ACME", "::::", "", None):  # label first, time
         assert without_label(kept) == kept
 
 

@@ -22,8 +22,9 @@ LABELS = "labels-1"  # names this rule in evaluation fingerprints (`pipkie.eval.
 
 
 def is_label(word: str) -> bool:
-    """A word that ends with a colon (`Tel:`, `SUBTOTAL:`), a label and not a value."""
-    return word.endswith(":")
+    """A word that names something and ends with a colon (`Tel:`, `SUBTOTAL:`, `1:`): a label, not a
+    value. A run of punctuation (`::::`) names nothing and is left to the other rules."""
+    return word.endswith(":") and any(c.isalnum() for c in word)
 
 
 def without_label(value: str | None) -> str | None:

@@ -60,6 +60,7 @@ _DAY_MONTH = rf"\d{{1,2}}(?:st|nd|rd|th)?[\s./-]*{_MONTH}{_YEAR}?(?!\d)"  # 15/A
 _MONTH_DAY = rf"{_MONTH}[\s./-]*\d{{1,2}}(?:st|nd|rd|th)?{_YEAR}?(?!\d)"
 _AMPM = r"\s*:?[ap]\.?(?:m\.?)?"  # 8:39AM, 11:41A, 05:10:PM
 _WHOLE_BEFORE = r"[¥￥₩₫]|Rp\.?|IDR|JPY|KRW|VND|NT\$"  # currencies printed without cents, before the amount
+_WHOLE_AFTER = r"[円원₫]|JPY|KRW|VND|IDR"  # …and after it
 # a word printed apart from an amount is its currency only when it is one (`Paid 0.28`, `5.00 TAX` are a
 # label and an amount): symbols, an ISO 4217 code or a local abbreviation (any case), a country's dollar
 _ISO_4217 = (
@@ -75,7 +76,6 @@ _LOCAL_CURRENCIES = "RM Rs Rp kn kr Ft zł Kč Lei Lek Dh Dhs TL Bs QR Br Eur Eu
 _CODE = rf"(?i:{'|'.join(sorted({*_ISO_4217, *_LOCAL_CURRENCIES.split()}, key=len, reverse=True))})\.?(?![^\W\d_])"
 _CURRENCY = rf"(?:[^\w\s%]{{1,4}}|{_CODE}|[A-Z]{{1,3}}\$)"  # printed apart: `$ 5.00`, `EUR 5.00`, `S$ 5.00`
 _AMOUNT_DIGITS = r"-?(?:\d{1,3}(?:[,.\s']\d{3})+(?:[.,]\d{1,2})?|\d+[.,]\d{1,2})(?!\d|\s?%)"
-_WHOLE_AFTER = r"[円원₫]|JPY|KRW|VND|IDR"  # …and after it
 
 VALUE_TYPES: dict[str, re.Pattern] = {
     "date": re.compile(
@@ -92,9 +92,9 @@ VALUE_TYPES: dict[str, re.Pattern] = {
     # minus; a currency after it is a whole word (`RM0.02 RM14.20` is RM0.02, not `RM0.02 RM`); printed
     # apart from the amount, a word is a currency only when it is one (`_CURRENCY`): a tax flag
     # (`1.49 T`, `33.99 -A`), a lone `*` or `#` (`1.99 *`) or a label (`Paid 0.28`) is not; glued to
-    # it, up to four non-digits are part of the printed word and kept (`55.00S`, `Eur154,40`)
-    # …or a whole amount in a currency printed without cents (`¥850`, `850円`, `Rp 25000`, `NT$120`);
-    # `%` is never a currency: `7.75%`, `% 0.00` are rates
+    # it, up to four non-digits are part of the printed word and kept (`55.00S`, `Eur154,40`); `%` is
+    # never a currency (`7.75%`, `% 0.00` are rates)
+    # …or a whole amount in a currency printed without cents (`¥850`, `850円`, `Rp 25000`, `NT$120`)
     "money": re.compile(
         rf"[-(]?(?:[^\d\s%]{{1,4}}|{_CURRENCY}\s)?{_AMOUNT_DIGITS}"
         rf"(?:(?:\s(?![*#]+(?!\S)){_CURRENCY}|[^\d\s%]{{1,4}})(?!\S))?-?\)?"
