@@ -188,7 +188,7 @@ def test_evaluation_rows_keep_raw_confidences_and_the_summary_has_both(mapped, t
     words = [Word(t, (100 * i, 100, 100 * i + 90, 130)) for i, t in enumerate("Total 9.90 Date 12/03/2019".split())]
     docs = [Document(id=f"d{i}", words=words, fields={"total": ["9.90"], "date": ["12/03/2019"]}) for i in range(3)]
     write_donut(docs, tmp_path / "data" / "test")
-    monkeypatch.setattr("pipkie.decoding.pip.pip_decode", stand_in({"total": ("9.90", 0.81), "date": ("1/1", 0.64)}))
+    monkeypatch.setattr("pipkie.decoding.pip.pip_decode", stand_in({"total": ("9.90", 0.81), "date": ("1/12", 0.64)}))
     out = tmp_path / "eval.json"
     result = evaluate(
         dataset="donut",
