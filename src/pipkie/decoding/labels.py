@@ -33,16 +33,17 @@ def without_label(value: str | None) -> str | None:
     if value is None:
         return None
     words = value.split()
-    while words and is_label(words[-1]):
-        words.pop()
-    if len(words) == len(value.split()):
+    n = len(words)
+    while n and is_label(words[n - 1]):
+        n -= 1
+    if n == len(words):
         return value
-    return " ".join(words) or None
+    return " ".join(words[:n]) or None
 
 
 def _summary_line(item: dict) -> bool:
     """An item with a field that is a label alone (`SUBTOTAL:`)."""
-    return any(isinstance(r.value, str) and r.value.strip() and without_label(r.value) is None for r in item.values())
+    return any(r.value is not None and without_label(r.value) is None for r in item.values())
 
 
 def drop_labels(pred: dict) -> dict:

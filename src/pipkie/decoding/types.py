@@ -37,6 +37,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the schema reads the type names; torch is not imported for that
     import torch
 
+
+def _one_of(words) -> str:
+    """A regex of any one of `words` as a whole word (longest first, an optional `.` after it, no
+    letter after that): month names, currency codes."""
+    return rf"(?:{'|'.join(sorted(set(words), key=len, reverse=True))})\.?(?![^\W\d_])"
+
+
 # a month's name as receipts print it: English, German, French, Spanish, Italian, Dutch, Portuguese,
 # Indonesian/Malay abbreviations and names, a whole word (`Market 12` is no date) or glued to digits
 # (`Jul19'14`); abbreviations that are common words or labels on receipts (`out`, `set`, `gen`) left out
@@ -50,7 +57,7 @@ _MONTH_NAMES = (
     "augustus fev fevereiro março marco maio junho julho setembro outubro novembro dezembro maret "
     "agu agt agustus desember ogos disember"
 ).split()
-_MONTH = rf"(?:{'|'.join(sorted(set(_MONTH_NAMES), key=len, reverse=True))})\.?(?![^\W\d_])"
+_MONTH = _one_of(_MONTH_NAMES)
 _DAY_NAME = r"(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?"
 _NUMERIC_DATE = r"(?:\d{1,4}[/-]\d{1,2}(?:[/-]\d{2,4})?|\d{1,2}\.\d{1,2}\.\d{2,4}|\d{4}\.\d{1,2}\.\d{1,2})(?!\d)"
 _COMPACT_DATE = r"(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])(?!\d)"  # 20180428: a year first
@@ -73,7 +80,7 @@ _ISO_4217 = (
     "YER ZAR ZMW ZWL"
 ).split()
 _LOCAL_CURRENCIES = "RM Rs Rp kn kr Ft zł Kč Lei Lek Dh Dhs TL Bs QR Br Eur Euro Euros NT NTD RMB Yen Won Baht Fr sFr"
-_CODE = rf"(?i:{'|'.join(sorted({*_ISO_4217, *_LOCAL_CURRENCIES.split()}, key=len, reverse=True))})\.?(?![^\W\d_])"
+_CODE = rf"(?i:{_one_of([*_ISO_4217, *_LOCAL_CURRENCIES.split()])})"
 _CURRENCY = rf"(?:[^\w\s%]{{1,4}}|{_CODE}|[A-Z]{{1,3}}\$)"  # printed apart: `$ 5.00`, `EUR 5.00`, `S$ 5.00`
 _AMOUNT_DIGITS = r"-?(?:\d{1,3}(?:[,.\s']\d{3})+(?:[.,]\d{1,2})?|\d+[.,]\d{1,2})(?!\d|\s?%)"
 
